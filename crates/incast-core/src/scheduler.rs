@@ -1,0 +1,1318 @@
+//! The sans-IO fan-in read scheduler.
+//!
+//! One [`Scheduler`] drives one read of one [`Stripe`] under one [`Policy`]. It owns no socket
+//! and reads no clock: the transport feeds it what happened, with the current time, and asks
+//! it what to do next. The shape is quinn-proto's:
+//!
+//! ```text
+//!   loop {
+//!       while let Some(action) = sched.poll_action(now) {   // requests to send, requests to cancel
+//!           transport.perform(action);
+//!       }
+//!       if sched.is_finished() { break; }
+//!       wait until a transport event or sched.poll_timeout();
+//!       now = clock();
+//!       match event {
+//!           Bytes(id, data)  => match sched.on_bytes(now, id, data.len())? {
+//!               Delivery::Write { block_offset } => block[block_offset..][..data.len()].copy_from_slice(data),
+//!               Delivery::Discard => {}                          // late bytes of a cancelled request
+//!           },
+//!           End(id)          => sched.on_done(now, id)?,         // the server finished (checksum ok)
+//!           Failed(id)       => sched.on_failed(now, id)?,       // connection lost, error frame, bad data
+//!           Timer            => sched.handle_timeout(now),
+//!       }
+//!   }
+//! ```
+//!
+//! # What it decides
+//!
+//! - **Admission**: a grant is issued only while at most K servers have grants outstanding
+//!   and the bytes requested and not yet received stay within the (effective) budget B.
+//! - **Order**: fragments already started continue first (a grant's completion queues the
+//!   next chunk of its fragment at the back of a FIFO); untouched fragments start in stripe
+//!   order, spaced by the stagger. The FIFO head is never skipped, so no fragment starves: a
+//!   head blocked by K or B is unblocked by the completion of grants already out, which hold
+//!   at most B bytes.
+//! - **One grant per fragment at a time**, in order. A fragment is therefore always
+//!   `confirmed` bytes done plus at most one grant `[confirmed, confirmed + len)` out. This
+//!   makes exactly-once delivery structural: no two live grants ever cover the same byte.
+//! - **Hedging replaces, it does not race.** When a grant makes no progress for one
+//!   randomized, backed-off RTO ([`crate::rtt`]), the scheduler cancels it
+//!   ([`Action::Cancel`]: the transport drains and drops its late bytes, and
+//!   [`Scheduler::on_bytes`] answers [`Delivery::Discard`] for them) and re-queues the same
+//!   range, first in line, on the spare connection of the same server or on a replica. The
+//!   replacement takes over the budget the stalled grant held, so hedges draw from B like
+//!   everything else, and their bytes are charged to the hedge budget; when that is spent the
+//!   grant just waits, with exponential backoff. Racing the stalled request instead would
+//!   need extra budget exactly when the budget is full (and in TCP incast the stalled flow is
+//!   waiting for a 200 ms timer, so it would not win the race anyway).
+//! - **Failures**: a failed grant is retried on the next replica not yet failed; a fragment
+//!   with no such replica ends the read with [`ReadError::ServerFailed`] naming the server,
+//!   and every outstanding grant is cancelled. Bytes of a grant count only once the grant is
+//!   confirmed by [`Scheduler::on_done`], so a grant that fails half-way (or fails its
+//!   checksum) is re-requested whole and the block never keeps a short or corrupt range.
+//!
+//! # Invariants
+//!
+//! Checked by [`Scheduler::check_invariants`], and after every event in debug builds
+//! (fully for stripes of at most 256 fragments, the counters only above that):
+//!
+//! 1. `outstanding` (bytes requested, not received, over live grants) `<= B`;
+//! 2. servers with live grants `<= K`;
+//! 3. each fragment has at most one live grant, and it starts at the fragment's confirmed
+//!    prefix; confirmed bytes sum to `completed`;
+//! 4. the read is complete if and only if `completed == block_len`;
+//! 5. hedged bytes `<=` the hedge budget;
+//! 6. while the read is not finished, something is always pending (a live grant, a queued
+//!    fragment, or an unstarted fragment), and with nothing outstanding the next grant fits.
+//!
+//! # Cost
+//!
+//! Every event is O(1) apart from timer-heap pushes and pops (O(log live grants)); nothing
+//! scans the stripe. See `benches/scheduler.rs`.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use crate::policy::{Adaptation, Hedging, Policy, Stagger};
+use crate::rng::SplitMix64;
+use crate::rtt::RttEstimator;
+use crate::stripe::{ServerId, Stripe};
+
+/// Above this many fragments, debug builds check only the O(1) invariants after each event.
+const DEBUG_FULL_CHECK_MAX_FRAGMENTS: usize = 256;
+
+/// Names one grant (one request to one server). Unique within a scheduler.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GrantId(u64);
+
+impl GrantId {
+    fn new(slot: u32, generation: u32) -> Self {
+        Self(u64::from(generation) << 32 | u64::from(slot))
+    }
+    fn slot(self) -> usize {
+        (self.0 & 0xFFFF_FFFF) as usize
+    }
+    fn generation(self) -> u32 {
+        (self.0 >> 32) as u32
+    }
+    /// The raw value, for a wire request id.
+    pub fn as_u64(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for GrantId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "grant {}.{}", self.slot(), self.generation())
+    }
+}
+
+/// Which of the two connections to a server carries a grant. The transport keeps a primary
+/// and a spare connection per server; hedges to the same server switch lanes, because the
+/// stalled connection is the one waiting for a kernel timeout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Lane {
+    /// The connection used first.
+    Primary,
+    /// The second connection, used by hedges.
+    Spare,
+}
+
+impl Lane {
+    fn other(self) -> Self {
+        match self {
+            Lane::Primary => Lane::Spare,
+            Lane::Spare => Lane::Primary,
+        }
+    }
+}
+
+/// Why a grant was issued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GrantKind {
+    /// The first grant of a fragment (subject to stagger).
+    First,
+    /// The next chunk of a fragment whose previous grant completed.
+    Next,
+    /// A replacement for a grant that stalled for an RTO.
+    Hedge,
+    /// A replacement for a grant that failed, on a replica.
+    Retry,
+}
+
+/// One request to send: `len` bytes of the fragment's object at `object_offset` on `server`,
+/// over `lane`, landing in the block at `block_offset`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Grant {
+    /// The id to report events with.
+    pub id: GrantId,
+    /// Index of the fragment in the stripe (for the key).
+    pub fragment: usize,
+    /// The server to ask (the primary or a replica).
+    pub server: ServerId,
+    /// The connection to use.
+    pub lane: Lane,
+    /// Offset inside the object on the server.
+    pub object_offset: u64,
+    /// Where the first byte lands in the block.
+    pub block_offset: u64,
+    /// Bytes requested (at least 1).
+    pub len: u64,
+    /// Why it was issued.
+    pub kind: GrantKind,
+}
+
+/// What the transport should do next.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Send this request.
+    Request(Grant),
+    /// Cancel this request: tell the server if the wire allows, drain and drop its late
+    /// bytes. Further events for it are answered harmlessly ([`Delivery::Discard`], `Ok`).
+    Cancel {
+        /// The grant to cancel.
+        id: GrantId,
+        /// Its server.
+        server: ServerId,
+        /// Its connection.
+        lane: Lane,
+    },
+}
+
+/// Where received bytes go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Delivery {
+    /// Copy them into the block starting at `block_offset`.
+    Write {
+        /// Offset in the block of the first of these bytes.
+        block_offset: u64,
+    },
+    /// Drop them: they belong to a request that was cancelled, or that already ended.
+    Discard,
+}
+
+/// Why the read failed. Once failed, a scheduler stays failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReadError {
+    /// A fragment's last server failed and it has no replica left to try.
+    #[error(
+        "fragment {fragment} failed on {server}; no replica left (tried {})",
+        tried_list(tried)
+    )]
+    ServerFailed {
+        /// Index of the fragment.
+        fragment: usize,
+        /// The server whose failure ended the read.
+        server: ServerId,
+        /// Every server tried for this fragment, in order.
+        tried: Vec<ServerId>,
+    },
+}
+
+fn tried_list(tried: &[ServerId]) -> String {
+    tried.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+}
+
+/// A transport event the scheduler refused. The scheduler's state is unchanged; the
+/// transport should treat the request as broken and report [`Scheduler::on_failed`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EventError {
+    /// The id was never issued by this scheduler.
+    #[error("{id} was never issued by this scheduler")]
+    UnknownGrant {
+        /// The id given.
+        id: GrantId,
+    },
+    /// More bytes arrived than the grant asked for.
+    #[error("{id} on {server}: {extra} bytes beyond the {len} requested ({received} already received)")]
+    TooManyBytes {
+        /// The grant.
+        id: GrantId,
+        /// Its server.
+        server: ServerId,
+        /// Bytes requested.
+        len: u64,
+        /// Bytes received before this event.
+        received: u64,
+        /// Bytes of this event beyond `len`.
+        extra: u64,
+    },
+    /// The server said it was done before all bytes arrived.
+    #[error("{id} on {server}: ended after {received} of {len} bytes")]
+    Short {
+        /// The grant.
+        id: GrantId,
+        /// Its server.
+        server: ServerId,
+        /// Bytes requested.
+        len: u64,
+        /// Bytes received.
+        received: u64,
+    },
+}
+
+/// An invariant of the [module docs](self) that does not hold: a bug in the scheduler.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("scheduler invariant violated: {0}")]
+pub struct InvariantViolation(pub String);
+
+/// Counters of one read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SchedulerStats {
+    /// Grants issued, all kinds.
+    pub grants: u64,
+    /// Hedges issued.
+    pub hedges: u64,
+    /// Retries issued after failures.
+    pub retries: u64,
+    /// Bytes charged to the hedge budget.
+    pub hedged_bytes: u64,
+    /// Stalls detected (grants that made no progress for an RTO).
+    pub stalls: u64,
+    /// Stalls not hedged because the hedge budget was spent.
+    pub hedges_denied: u64,
+    /// Failures reported.
+    pub failures: u64,
+    /// Bytes answered with [`Delivery::Discard`].
+    pub discarded_bytes: u64,
+    /// Most servers with grants outstanding at once.
+    pub peak_senders: u32,
+    /// Most bytes outstanding at once.
+    pub peak_outstanding: u64,
+}
+
+#[derive(Clone, Debug)]
+struct Frag {
+    len: u64,
+    object_offset: u64,
+    block_start: u64,
+    confirmed: u64,
+    /// Slot of the live grant, if any.
+    active: Option<u32>,
+    /// Index into `routes[routes_start..routes_start + routes_len]` of the current server.
+    route: u8,
+    routes_len: u8,
+    routes_start: u32,
+    /// Bit `i` set: route `i` failed.
+    failed_routes: u16,
+    lane: Lane,
+    /// Consecutive stalls without progress (the RTO backoff exponent).
+    backoff: u32,
+}
+
+#[derive(Clone, Debug)]
+struct Live {
+    frag: u32,
+    server: u32,
+    lane: Lane,
+    len: u64,
+    received: u64,
+    issued_at: Instant,
+    last_progress: Instant,
+    timeout: Duration,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Slot {
+    generation: u32,
+    live: Option<Live>,
+}
+
+/// Outcome of a finished read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Outcome {
+    Complete,
+    Failed(ReadError),
+}
+
+/// The fan-in read state machine. See the [module docs](self).
+///
+/// ```
+/// use std::time::Instant;
+/// use incast_core::{Action, Delivery, Policy, Scheduler, ServerId, Stripe};
+///
+/// let servers: Vec<ServerId> = (0..4).map(ServerId).collect();
+/// let stripe = Stripe::fixed_block("blk", &servers, 100_000)?;
+/// let mut sched = Scheduler::new(&stripe, &Policy::default(), 42);
+/// let mut block = vec![0u8; 100_000];
+/// let now = Instant::now();
+/// while !sched.is_finished() {
+///     // A perfect transport: every request is answered at once with the right bytes.
+///     while let Some(action) = sched.poll_action(now) {
+///         if let Action::Request(g) = action {
+///             let data = vec![g.server.0 as u8; g.len as usize];
+///             if let Delivery::Write { block_offset } = sched.on_bytes(now, g.id, data.len() as u64)? {
+///                 block[block_offset as usize..][..data.len()].copy_from_slice(&data);
+///             }
+///             sched.on_done(now, g.id)?;
+///         }
+///     }
+/// }
+/// assert!(sched.is_complete());
+/// assert_eq!(block[0], 0);
+/// assert_eq!(block[99_999], 3);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct Scheduler {
+    // Fixed at construction.
+    frags: Vec<Frag>,
+    routes: Vec<u32>,
+    servers: Vec<ServerId>,
+    block_len: u64,
+    max_senders: u32,
+    budget: u64,
+    max_grant: u64,
+    stagger: Stagger,
+    adaptation: Adaptation,
+    hedging: bool,
+    timers_on: bool,
+    hedge_budget: u64,
+
+    // Dynamic.
+    budget_eff: u64,
+    outstanding: u64,
+    completed: u64,
+    server_live: Vec<u32>,
+    live_servers: u32,
+    slots: Vec<Slot>,
+    free_slots: Vec<u32>,
+    live_grants: u32,
+    ready: VecDeque<(u32, GrantKind)>,
+    cursor: u32,
+    next_start: Option<Instant>,
+    timers: BinaryHeap<Reverse<(Instant, GrantId)>>,
+    cancels: VecDeque<Action>,
+    outcome: Option<Outcome>,
+    rtt: RttEstimator,
+    rng: SplitMix64,
+    last_decrease: Option<Instant>,
+    stats: SchedulerStats,
+}
+
+impl Scheduler {
+    /// A scheduler for one read of `stripe` under `policy`. `seed` drives the timeout jitter
+    /// and the random stagger; give each read its own (for example a counter mixed with the
+    /// process id) so that concurrent reads do not hedge in lockstep.
+    pub fn new(stripe: &Stripe, policy: &Policy, seed: u64) -> Self {
+        let mut server_index: HashMap<ServerId, u32> = HashMap::new();
+        let mut servers = Vec::new();
+        let mut index_of = |s: ServerId| {
+            *server_index.entry(s).or_insert_with(|| {
+                servers.push(s);
+                (servers.len() - 1) as u32
+            })
+        };
+        let mut routes = Vec::with_capacity(stripe.len());
+        let mut frags = Vec::with_capacity(stripe.len());
+        for (i, f) in stripe.fragments().iter().enumerate() {
+            let routes_start = routes.len() as u32;
+            routes.push(index_of(f.server()));
+            routes.extend(f.replicas().iter().map(|r| index_of(*r)));
+            let len = f.len();
+            frags.push(Frag {
+                len,
+                object_offset: f.offset(),
+                block_start: stripe.block_range(i).start,
+                confirmed: 0,
+                active: None,
+                route: 0,
+                routes_len: (1 + f.replicas().len()) as u8,
+                routes_start,
+                failed_routes: 0,
+                lane: Lane::Primary,
+                backoff: 0,
+            });
+        }
+        let block_len = stripe.block_len();
+        let hedging = !matches!(policy.hedging(), Hedging::Off);
+        let mut s = Self {
+            routes,
+            block_len,
+            max_senders: policy.max_senders(),
+            budget: policy.inflight_budget(),
+            max_grant: policy.max_grant_bytes(),
+            stagger: policy.stagger(),
+            adaptation: policy.adaptation(),
+            hedging,
+            timers_on: hedging || policy.adaptation() != Adaptation::Static,
+            hedge_budget: policy.hedge_budget(block_len),
+            budget_eff: policy.inflight_budget(),
+            outstanding: 0,
+            completed: 0,
+            server_live: vec![0; servers.len()],
+            servers,
+            live_servers: 0,
+            slots: Vec::new(),
+            free_slots: Vec::new(),
+            live_grants: 0,
+            ready: VecDeque::new(),
+            cursor: 0,
+            next_start: None,
+            timers: BinaryHeap::new(),
+            cancels: VecDeque::new(),
+            outcome: None,
+            rtt: RttEstimator::new(policy.rto()),
+            rng: SplitMix64::new(seed),
+            last_decrease: None,
+            stats: SchedulerStats::default(),
+            frags,
+        };
+        s.skip_empty();
+        if s.completed == s.block_len && s.cursor as usize == s.frags.len() {
+            s.outcome = Some(Outcome::Complete);
+        }
+        s.debug_check();
+        s
+    }
+
+    // ----- outputs -----
+
+    /// The next thing the transport should do, or `None` until an event or a timeout.
+    /// Cancels come first; after the read has finished only cancels are returned.
+    pub fn poll_action(&mut self, now: Instant) -> Option<Action> {
+        if let Some(c) = self.cancels.pop_front() {
+            return Some(c);
+        }
+        if self.outcome.is_some() {
+            return None;
+        }
+        let action = if let Some(&(f, kind)) = self.ready.front() {
+            let g = self.try_issue(f, kind, now)?;
+            self.ready.pop_front();
+            Action::Request(g)
+        } else {
+            let f = self.cursor;
+            if f as usize >= self.frags.len() || self.next_start.is_some_and(|t| now < t) {
+                return None;
+            }
+            let g = self.try_issue(f, GrantKind::First, now)?;
+            self.cursor += 1;
+            self.skip_empty();
+            self.next_start = self.stagger_gap().map(|gap| now + gap);
+            Action::Request(g)
+        };
+        self.debug_check();
+        Some(action)
+    }
+
+    /// The earliest instant at which [`Scheduler::handle_timeout`] or
+    /// [`Scheduler::poll_action`] has something to do without any other event, if any.
+    pub fn poll_timeout(&mut self) -> Option<Instant> {
+        if self.outcome.is_some() {
+            return None;
+        }
+        while let Some(Reverse((_, id))) = self.timers.peek() {
+            if self.live(*id).is_some() {
+                break;
+            }
+            self.timers.pop();
+        }
+        let timer = self.timers.peek().map(|Reverse((t, _))| *t);
+        // The stagger deadline matters only when it is the one thing holding the next start.
+        let stagger = match self.next_start {
+            Some(t) if self.ready.is_empty() && (self.cursor as usize) < self.frags.len() => {
+                let f = &self.frags[self.cursor as usize];
+                let server = self.routes[(f.routes_start + u32::from(f.route)) as usize];
+                self.admits(server, self.grant_len(f)).then_some(t)
+            }
+            _ => None,
+        };
+        match (timer, stagger) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    // ----- inputs -----
+
+    /// Fires the grant timers due at `now`: a grant with no progress for its timeout is
+    /// hedged (budget permitting) or backed off.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        while let Some(&Reverse((due, id))) = self.timers.peek() {
+            if due > now || self.outcome.is_some() {
+                break;
+            }
+            self.timers.pop();
+            let Some(live) = self.live(id) else { continue };
+            let deadline = live.last_progress + live.timeout;
+            if deadline > now {
+                self.timers.push(Reverse((deadline, id)));
+                continue;
+            }
+            self.on_stall(now, id);
+        }
+        self.debug_check();
+    }
+
+    /// `n` more bytes of grant `id` arrived (in order). Returns where they go.
+    pub fn on_bytes(&mut self, now: Instant, id: GrantId, n: u64) -> Result<Delivery, EventError> {
+        let slot = self.slot_of(id)?;
+        let Some(live) = slot else {
+            self.stats.discarded_bytes += n;
+            return Ok(Delivery::Discard);
+        };
+        let server = self.servers[live.server as usize];
+        if n > live.len - live.received {
+            return Err(EventError::TooManyBytes {
+                id,
+                server,
+                len: live.len,
+                received: live.received,
+                extra: n - (live.len - live.received),
+            });
+        }
+        let frag = &self.frags[live.frag as usize];
+        let at = frag.block_start + frag.confirmed + live.received;
+        if n > 0 {
+            let first = live.received == 0;
+            let sample = now.saturating_duration_since(live.issued_at);
+            let live = self.slots[id.slot()].live.as_mut().expect("checked live");
+            live.received += n;
+            live.last_progress = now;
+            let f = live.frag as usize;
+            self.outstanding -= n;
+            self.frags[f].backoff = 0;
+            if first {
+                self.rtt.on_sample(sample);
+                self.adapt_on_rtt(now, sample);
+            }
+        }
+        self.debug_check();
+        Ok(Delivery::Write { block_offset: at })
+    }
+
+    /// The server finished grant `id` and its bytes are good (checksums, if any, passed). Its
+    /// bytes now count as delivered. Late or cancelled ids are ignored.
+    pub fn on_done(&mut self, now: Instant, id: GrantId) -> Result<(), EventError> {
+        let Some(live) = self.slot_of(id)? else { return Ok(()) };
+        if live.received != live.len {
+            return Err(EventError::Short {
+                id,
+                server: self.servers[live.server as usize],
+                len: live.len,
+                received: live.received,
+            });
+        }
+        let live = self.release(id);
+        let f = live.frag;
+        let frag = &mut self.frags[f as usize];
+        frag.confirmed += live.len;
+        self.completed += live.len;
+        if frag.confirmed < frag.len {
+            self.ready.push_back((f, GrantKind::Next));
+        }
+        self.adapt_on_done(live.len);
+        if self.completed == self.block_len && self.cursor as usize == self.frags.len() {
+            self.outcome = Some(Outcome::Complete);
+        }
+        let _ = now;
+        self.debug_check();
+        Ok(())
+    }
+
+    /// Grant `id` failed (connection lost, error frame, bad checksum, refused event). Its
+    /// range is retried on a replica, or the read fails naming the server. Late or
+    /// cancelled ids are ignored.
+    pub fn on_failed(&mut self, now: Instant, id: GrantId) -> Result<(), EventError> {
+        if self.slot_of(id)?.is_none() {
+            return Ok(());
+        }
+        self.stats.failures += 1;
+        let live = self.release(id);
+        let f = live.frag as usize;
+        let frag = &mut self.frags[f];
+        frag.failed_routes |= 1 << frag.route;
+        match next_route(frag, |_| true) {
+            Some(route) => {
+                frag.route = route;
+                frag.lane = Lane::Primary;
+                self.ready.push_front((f as u32, GrantKind::Retry));
+            }
+            None => {
+                let tried = (0..frag.routes_len)
+                    .map(|r| self.servers[self.routes[(frag.routes_start + u32::from(r)) as usize] as usize])
+                    .collect();
+                let err = ReadError::ServerFailed {
+                    fragment: f,
+                    server: self.servers[live.server as usize],
+                    tried,
+                };
+                self.fail(err);
+            }
+        }
+        let _ = now;
+        self.debug_check();
+        Ok(())
+    }
+
+    // ----- state -----
+
+    /// True once the read completed or failed.
+    pub fn is_finished(&self) -> bool {
+        self.outcome.is_some()
+    }
+    /// True when every byte of the block has been delivered and confirmed.
+    pub fn is_complete(&self) -> bool {
+        self.outcome == Some(Outcome::Complete)
+    }
+    /// Why the read failed, if it did.
+    pub fn error(&self) -> Option<&ReadError> {
+        match &self.outcome {
+            Some(Outcome::Failed(e)) => Some(e),
+            _ => None,
+        }
+    }
+    /// Bytes requested and not yet received.
+    pub fn outstanding(&self) -> u64 {
+        self.outstanding
+    }
+    /// Servers with grants outstanding.
+    pub fn live_senders(&self) -> u32 {
+        self.live_servers
+    }
+    /// Bytes confirmed so far.
+    pub fn completed_bytes(&self) -> u64 {
+        self.completed
+    }
+    /// The block length.
+    pub fn block_len(&self) -> u64 {
+        self.block_len
+    }
+    /// The effective in-flight budget (B, or less under adaptation).
+    pub fn effective_budget(&self) -> u64 {
+        self.budget_eff
+    }
+    /// The hedge budget of this read in bytes.
+    pub fn hedge_budget(&self) -> u64 {
+        self.hedge_budget
+    }
+    /// The RTT estimator (first-byte latencies of this read).
+    pub fn rtt(&self) -> &RttEstimator {
+        &self.rtt
+    }
+    /// Counters.
+    pub fn stats(&self) -> SchedulerStats {
+        self.stats
+    }
+
+    /// Checks every invariant of the [module docs](self). O(fragments + live grants).
+    pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
+        self.check_counters()?;
+        let mut outstanding = 0;
+        let mut per_server = vec![0u32; self.servers.len()];
+        let mut live = 0;
+        for (i, slot) in self.slots.iter().enumerate() {
+            let Some(l) = &slot.live else { continue };
+            live += 1;
+            outstanding += l.len - l.received;
+            per_server[l.server as usize] += 1;
+            let f = &self.frags[l.frag as usize];
+            if f.active != Some(i as u32) {
+                return violation(format!(
+                    "slot {i} is live but fragment {} points at {:?}",
+                    l.frag, f.active
+                ));
+            }
+            if l.len == 0 || f.confirmed + l.len > f.len {
+                return violation(format!(
+                    "slot {i}: grant of {} at {} overruns fragment of {}",
+                    l.len, f.confirmed, f.len
+                ));
+            }
+        }
+        if outstanding != self.outstanding || live != self.live_grants {
+            return violation(format!(
+                "outstanding {} / live {} recount as {outstanding} / {live}",
+                self.outstanding, self.live_grants
+            ));
+        }
+        if per_server != self.server_live {
+            return violation("per-server live counts disagree with the slots".into());
+        }
+        let mut completed = 0;
+        for (i, f) in self.frags.iter().enumerate() {
+            completed += f.confirmed;
+            if f.confirmed > f.len {
+                return violation(format!("fragment {i} confirmed {} of {}", f.confirmed, f.len));
+            }
+            if let Some(a) = f.active {
+                if self.slots[a as usize].live.as_ref().map(|l| l.frag) != Some(i as u32) {
+                    return violation(format!("fragment {i} points at slot {a}, which is not its grant"));
+                }
+            }
+            if (i as u32) >= self.cursor && (f.confirmed > 0 || f.active.is_some()) {
+                return violation(format!("fragment {i} is unstarted but has progress"));
+            }
+        }
+        if completed != self.completed {
+            return violation(format!(
+                "confirmed bytes sum to {completed}, counter says {}",
+                self.completed
+            ));
+        }
+        let pending = self.live_grants > 0 || !self.ready.is_empty() || (self.cursor as usize) < self.frags.len();
+        match &self.outcome {
+            None if !pending => return violation("read not finished but nothing is pending: it would stall".into()),
+            None if self.live_grants == 0 => {
+                let next = self.ready.front().map(|(f, _)| *f).unwrap_or(self.cursor);
+                let f = &self.frags[next as usize];
+                if self.grant_len(f) > self.budget_eff {
+                    return violation(format!(
+                        "nothing outstanding but fragment {next}'s next grant exceeds the budget"
+                    ));
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    // ----- internals -----
+
+    fn check_counters(&self) -> Result<(), InvariantViolation> {
+        if self.outstanding > self.budget {
+            return violation(format!(
+                "outstanding {} exceeds budget {}",
+                self.outstanding, self.budget
+            ));
+        }
+        if self.live_servers > self.max_senders {
+            return violation(format!(
+                "{} live senders exceed K = {}",
+                self.live_servers, self.max_senders
+            ));
+        }
+        if self.stats.hedged_bytes > self.hedge_budget {
+            return violation(format!(
+                "hedged {} bytes, budget {}",
+                self.stats.hedged_bytes, self.hedge_budget
+            ));
+        }
+        if self.budget_eff > self.budget || self.budget_eff < self.max_grant.min(self.budget) {
+            return violation(format!(
+                "effective budget {} outside [{}, {}]",
+                self.budget_eff, self.max_grant, self.budget
+            ));
+        }
+        let complete = self.completed == self.block_len;
+        if complete != (self.outcome == Some(Outcome::Complete)) && !matches!(self.outcome, Some(Outcome::Failed(_))) {
+            return violation(format!(
+                "completed {} of {} but outcome {:?}",
+                self.completed, self.block_len, self.outcome
+            ));
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn debug_check(&self) {
+        #[cfg(debug_assertions)]
+        {
+            let r = if self.frags.len() <= DEBUG_FULL_CHECK_MAX_FRAGMENTS {
+                self.check_invariants()
+            } else {
+                self.check_counters()
+            };
+            if let Err(e) = r {
+                panic!("{e}");
+            }
+        }
+    }
+
+    fn skip_empty(&mut self) {
+        while let Some(f) = self.frags.get(self.cursor as usize) {
+            if f.len != 0 {
+                break;
+            }
+            self.cursor += 1;
+        }
+    }
+
+    fn stagger_gap(&mut self) -> Option<Duration> {
+        match self.stagger {
+            Stagger::None => None,
+            Stagger::Fixed { gap } => Some(gap),
+            Stagger::Random { max_gap } => Some(max_gap.mul_f64(self.rng.unit())),
+        }
+    }
+
+    fn grant_len(&self, f: &Frag) -> u64 {
+        (f.len - f.confirmed).min(self.max_grant)
+    }
+
+    fn admits(&self, server: u32, len: u64) -> bool {
+        (self.server_live[server as usize] > 0 || self.live_servers < self.max_senders)
+            && self.outstanding + len <= self.budget_eff
+    }
+
+    fn try_issue(&mut self, f: u32, kind: GrantKind, now: Instant) -> Option<Grant> {
+        let frag = &self.frags[f as usize];
+        debug_assert!(frag.active.is_none());
+        let server = self.routes[(frag.routes_start + u32::from(frag.route)) as usize];
+        let len = self.grant_len(frag);
+        if !self.admits(server, len) {
+            return None;
+        }
+        let (lane, backoff) = (frag.lane, frag.backoff);
+        let object_offset = frag.object_offset + frag.confirmed;
+        let block_offset = frag.block_start + frag.confirmed;
+        let timeout = self.rtt.timeout(backoff, self.rng.unit());
+        let slot = match self.free_slots.pop() {
+            Some(s) => s,
+            None => {
+                self.slots.push(Slot::default());
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let entry = &mut self.slots[slot as usize];
+        entry.live = Some(Live {
+            frag: f,
+            server,
+            lane,
+            len,
+            received: 0,
+            issued_at: now,
+            last_progress: now,
+            timeout,
+        });
+        let id = GrantId::new(slot, entry.generation);
+        self.frags[f as usize].active = Some(slot);
+        self.outstanding += len;
+        self.live_grants += 1;
+        if self.server_live[server as usize] == 0 {
+            self.live_servers += 1;
+        }
+        self.server_live[server as usize] += 1;
+        if self.timers_on {
+            self.timers.push(Reverse((now + timeout, id)));
+        }
+        let st = &mut self.stats;
+        st.grants += 1;
+        st.hedges += u64::from(kind == GrantKind::Hedge);
+        st.retries += u64::from(kind == GrantKind::Retry);
+        st.peak_senders = st.peak_senders.max(self.live_servers);
+        st.peak_outstanding = st.peak_outstanding.max(self.outstanding);
+        Some(Grant {
+            id,
+            fragment: f as usize,
+            server: self.servers[server as usize],
+            lane,
+            object_offset,
+            block_offset,
+            len,
+            kind,
+        })
+    }
+
+    /// `Err` for ids never issued, `Ok(None)` for ids of grants that ended.
+    fn slot_of(&self, id: GrantId) -> Result<Option<&Live>, EventError> {
+        match self.slots.get(id.slot()) {
+            Some(s) if s.generation == id.generation() => Ok(s.live.as_ref()),
+            Some(s) if s.generation > id.generation() => Ok(None),
+            _ => Err(EventError::UnknownGrant { id }),
+        }
+    }
+
+    fn live(&self, id: GrantId) -> Option<&Live> {
+        self.slot_of(id).ok().flatten()
+    }
+
+    /// Ends a live grant: frees its slot and releases what it held.
+    fn release(&mut self, id: GrantId) -> Live {
+        let slot = &mut self.slots[id.slot()];
+        let live = slot.live.take().expect("release of a live grant");
+        slot.generation += 1;
+        self.free_slots.push(id.slot() as u32);
+        self.frags[live.frag as usize].active = None;
+        self.outstanding -= live.len - live.received;
+        self.live_grants -= 1;
+        let s = &mut self.server_live[live.server as usize];
+        *s -= 1;
+        if *s == 0 {
+            self.live_servers -= 1;
+        }
+        live
+    }
+
+    fn on_stall(&mut self, now: Instant, id: GrantId) {
+        self.stats.stalls += 1;
+        self.adapt_on_stall(now);
+        let live = self.live(id).expect("stalled grant is live");
+        let (f, len) = (live.frag as usize, live.len);
+        self.frags[f].backoff += 1;
+        if self.hedging && self.stats.hedged_bytes + len <= self.hedge_budget {
+            let live = self.release(id);
+            self.cancels.push_back(Action::Cancel {
+                id,
+                server: self.servers[live.server as usize],
+                lane: live.lane,
+            });
+            self.stats.hedged_bytes += len;
+            // Prefer a replica that K admits; else the other connection to the same server.
+            let frag = &self.frags[f];
+            let cur = frag.route;
+            let replica = next_route(frag, |r| {
+                let s = self.routes[(frag.routes_start + u32::from(r)) as usize];
+                r != cur && (self.server_live[s as usize] > 0 || self.live_servers < self.max_senders)
+            });
+            let frag = &mut self.frags[f];
+            match replica {
+                Some(r) if r != cur => {
+                    frag.route = r;
+                    frag.lane = Lane::Primary;
+                }
+                _ => frag.lane = frag.lane.other(),
+            }
+            self.ready.push_front((f as u32, GrantKind::Hedge));
+        } else {
+            if self.hedging {
+                self.stats.hedges_denied += 1;
+            }
+            let timeout = self.rtt.timeout(self.frags[f].backoff, self.rng.unit());
+            let live = self.slots[id.slot()].live.as_mut().expect("live");
+            live.last_progress = now;
+            live.timeout = timeout;
+            self.timers.push(Reverse((now + timeout, id)));
+        }
+    }
+
+    fn fail(&mut self, err: ReadError) {
+        for i in 0..self.slots.len() {
+            if self.slots[i].live.is_some() {
+                let id = GrantId::new(i as u32, self.slots[i].generation);
+                let live = self.release(id);
+                self.cancels.push_back(Action::Cancel {
+                    id,
+                    server: self.servers[live.server as usize],
+                    lane: live.lane,
+                });
+            }
+        }
+        self.ready.clear();
+        self.timers.clear();
+        self.outcome = Some(Outcome::Failed(err));
+    }
+
+    fn floor(&self) -> u64 {
+        self.max_grant.min(self.budget)
+    }
+
+    fn adapt_on_stall(&mut self, now: Instant) {
+        if self.adaptation == Adaptation::Static {
+            return;
+        }
+        let spacing = self.rtt.srtt().unwrap_or_else(|| self.rtt.rto());
+        if self.last_decrease.is_some_and(|t| now < t + spacing) {
+            return;
+        }
+        self.budget_eff = (self.budget_eff / 2).max(self.floor());
+        self.last_decrease = Some(now);
+    }
+
+    fn adapt_on_rtt(&mut self, now: Instant, sample: Duration) {
+        let Adaptation::Delay { target } = self.adaptation else {
+            return;
+        };
+        let Some(min) = self.rtt.min_rtt() else { return };
+        if sample <= min + target {
+            return;
+        }
+        let spacing = self.rtt.srtt().unwrap_or(sample);
+        if self.last_decrease.is_some_and(|t| now < t + spacing) {
+            return;
+        }
+        self.budget_eff = (self.budget_eff - self.budget_eff / 8).max(self.floor());
+        self.last_decrease = Some(now);
+    }
+
+    fn adapt_on_done(&mut self, len: u64) {
+        if self.adaptation == Adaptation::Static || self.budget_eff >= self.budget {
+            return;
+        }
+        let step = (u128::from(self.max_grant) * u128::from(len) / u128::from(self.budget_eff)).max(1);
+        self.budget_eff = (u128::from(self.budget_eff) + step).min(u128::from(self.budget)) as u64;
+    }
+}
+
+/// The first route after the current one (cyclically, current last) that has not failed and
+/// passes `ok`.
+fn next_route(frag: &Frag, ok: impl Fn(u8) -> bool) -> Option<u8> {
+    (1..=frag.routes_len)
+        .map(|k| (frag.route + k) % frag.routes_len)
+        .find(|&r| frag.failed_routes & (1 << r) == 0 && ok(r))
+}
+
+fn violation<T>(msg: String) -> Result<T, InvariantViolation> {
+    Err(InvariantViolation(msg))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{GrantSize, Hedging};
+    use crate::stripe::Fragment;
+
+    fn servers(n: u32) -> Vec<ServerId> {
+        (0..n).map(ServerId).collect()
+    }
+
+    fn requests(s: &mut Scheduler, now: Instant) -> Vec<Grant> {
+        std::iter::from_fn(|| s.poll_action(now))
+            .filter_map(|a| match a {
+                Action::Request(g) => Some(g),
+                Action::Cancel { .. } => None,
+            })
+            .collect()
+    }
+
+    fn finish(s: &mut Scheduler, g: &Grant, now: Instant) {
+        assert!(matches!(s.on_bytes(now, g.id, g.len).unwrap(), Delivery::Write { .. }));
+        s.on_done(now, g.id).unwrap();
+    }
+
+    #[test]
+    fn admission_respects_k_and_b() {
+        let stripe = Stripe::fixed_sru("k", &servers(10), 10_000).unwrap();
+        let p = Policy::builder()
+            .max_senders(3)
+            .inflight_budget(25_000)
+            .grant_size(GrantSize::Chunk { bytes: 4_000 })
+            .build()
+            .unwrap();
+        let now = Instant::now();
+        let mut s = Scheduler::new(&stripe, &p, 1);
+        let gs = requests(&mut s, now);
+        // K = 3 senders, one grant per fragment: 3 grants of 4000 (B would allow 6).
+        assert_eq!(gs.len(), 3);
+        assert_eq!(s.live_senders(), 3);
+        assert_eq!(s.outstanding(), 12_000);
+        finish(&mut s, &gs[0], now);
+        let next = requests(&mut s, now);
+        // The finished fragment continues first (same server, second chunk).
+        assert_eq!(next.len(), 1);
+        assert_eq!(
+            (next[0].fragment, next[0].kind, next[0].object_offset),
+            (0, GrantKind::Next, 4_000)
+        );
+    }
+
+    #[test]
+    fn whole_grants_split_at_budget() {
+        let stripe = Stripe::fixed_sru("k", &servers(2), 10_000).unwrap();
+        let p = Policy::builder()
+            .inflight_budget(6_000)
+            .grant_size(GrantSize::Whole)
+            .build()
+            .unwrap();
+        let now = Instant::now();
+        let mut s = Scheduler::new(&stripe, &p, 1);
+        let gs = requests(&mut s, now);
+        assert_eq!(gs.iter().map(|g| g.len).collect::<Vec<_>>(), [6_000]);
+    }
+
+    #[test]
+    fn empty_block_is_complete_at_once() {
+        let stripe = Stripe::fixed_sru("k", &servers(5), 0).unwrap();
+        let mut s = Scheduler::new(&stripe, &Policy::default(), 1);
+        assert!(s.is_complete());
+        assert_eq!(s.poll_action(Instant::now()), None);
+        assert_eq!(s.poll_timeout(), None);
+    }
+
+    #[test]
+    fn stall_is_hedged_on_spare_lane_and_late_bytes_discarded() {
+        let stripe = Stripe::fixed_sru("k", &servers(1), 1_000).unwrap();
+        let mut s = Scheduler::new(&stripe, &Policy::default(), 7);
+        let t0 = Instant::now();
+        let g = requests(&mut s, t0).pop().unwrap();
+        assert_eq!(g.lane, Lane::Primary);
+        // Initial RTO 5 ms, jitter up to +50%.
+        let due = s.poll_timeout().unwrap();
+        let wait = due - t0;
+        assert!(
+            wait >= Duration::from_millis(5) && wait < Duration::from_micros(7_500),
+            "{wait:?}"
+        );
+        s.handle_timeout(due - Duration::from_micros(1));
+        assert_eq!(s.poll_action(due), None, "not yet due");
+        s.handle_timeout(due);
+        let a = s.poll_action(due).unwrap();
+        assert_eq!(
+            a,
+            Action::Cancel {
+                id: g.id,
+                server: ServerId(0),
+                lane: Lane::Primary
+            }
+        );
+        let h = requests(&mut s, due).pop().unwrap();
+        assert_eq!(
+            (h.kind, h.lane, h.len, h.block_offset),
+            (GrantKind::Hedge, Lane::Spare, 1_000, 0)
+        );
+        // Late bytes of the stalled request are discarded, never written.
+        assert_eq!(s.on_bytes(due, g.id, 500), Ok(Delivery::Discard));
+        assert_eq!(s.on_done(due, g.id), Ok(()));
+        finish(&mut s, &h, due);
+        assert!(s.is_complete());
+        assert_eq!(s.stats().hedges, 1);
+        assert_eq!(s.stats().discarded_bytes, 500);
+    }
+
+    #[test]
+    fn hedge_prefers_replica() {
+        let stripe = Stripe::new(vec![
+            Fragment::new(ServerId(0), "k", 0, 100).with_replicas([ServerId(9)])
+        ])
+        .unwrap();
+        let mut s = Scheduler::new(&stripe, &Policy::default(), 7);
+        let t0 = Instant::now();
+        requests(&mut s, t0);
+        let due = s.poll_timeout().unwrap();
+        s.handle_timeout(due);
+        let h = requests(&mut s, due).pop().unwrap();
+        assert_eq!((h.server, h.lane), (ServerId(9), Lane::Primary));
+    }
+
+    #[test]
+    fn hedge_budget_caps_hedges_and_backs_off() {
+        let stripe = Stripe::fixed_sru("k", &servers(1), 1_000).unwrap();
+        let p = Policy::builder()
+            .hedging(Hedging::AfterRto {
+                budget_fraction: 0.0,
+                min_budget_bytes: 1_500,
+            })
+            .build()
+            .unwrap();
+        let mut s = Scheduler::new(&stripe, &p, 7);
+        let mut now = Instant::now();
+        requests(&mut s, now);
+        let mut gaps = vec![];
+        for _ in 0..4 {
+            let due = s.poll_timeout().unwrap();
+            gaps.push(due - now);
+            now = due;
+            s.handle_timeout(now);
+            requests(&mut s, now);
+        }
+        assert_eq!(s.stats().hedges, 1, "second hedge would exceed the 1500-byte budget");
+        assert_eq!(s.stats().hedges_denied, 3);
+        assert!(gaps[3] > gaps[1], "backoff grows: {gaps:?}");
+    }
+
+    #[test]
+    fn failure_without_replica_names_server_and_cancels_the_rest() {
+        let stripe = Stripe::fixed_sru("k", &servers(4), 100).unwrap();
+        let mut s = Scheduler::new(&stripe, &Policy::default(), 1);
+        let now = Instant::now();
+        let gs = requests(&mut s, now);
+        assert_eq!(gs.len(), 4);
+        s.on_bytes(now, gs[2].id, 50).unwrap();
+        s.on_failed(now, gs[2].id).unwrap();
+        assert_eq!(
+            s.error(),
+            Some(&ReadError::ServerFailed {
+                fragment: 2,
+                server: ServerId(2),
+                tried: vec![ServerId(2)]
+            })
+        );
+        let cancelled: Vec<_> = std::iter::from_fn(|| s.poll_action(now)).collect();
+        assert_eq!(cancelled.len(), 3);
+        assert!(!s.is_complete());
+        assert_eq!(
+            s.error().unwrap().to_string(),
+            "fragment 2 failed on server 2; no replica left (tried server 2)"
+        );
+    }
+
+    #[test]
+    fn failure_with_replica_retries_whole_grant() {
+        let stripe = Stripe::new(vec![
+            Fragment::new(ServerId(0), "k", 7, 100).with_replicas([ServerId(1)])
+        ])
+        .unwrap();
+        let mut s = Scheduler::new(&stripe, &Policy::default(), 1);
+        let now = Instant::now();
+        let g = requests(&mut s, now).pop().unwrap();
+        s.on_bytes(now, g.id, 60).unwrap();
+        // A short end is refused without changing state; the transport reports a failure.
+        assert!(matches!(
+            s.on_done(now, g.id),
+            Err(EventError::Short { received: 60, .. })
+        ));
+        s.on_failed(now, g.id).unwrap();
+        let r = requests(&mut s, now).pop().unwrap();
+        assert_eq!(
+            (r.server, r.kind, r.object_offset, r.len),
+            (ServerId(1), GrantKind::Retry, 7, 100)
+        );
+        assert!(matches!(
+            s.on_bytes(now, r.id, 101),
+            Err(EventError::TooManyBytes { extra: 1, .. })
+        ));
+        finish(&mut s, &r, now);
+        assert!(s.is_complete());
+    }
+
+    #[test]
+    fn unknown_ids_are_errors() {
+        let stripe = Stripe::fixed_sru("k", &servers(1), 10).unwrap();
+        let mut s = Scheduler::new(&stripe, &Policy::default(), 1);
+        let bogus = GrantId::new(5, 0);
+        let now = Instant::now();
+        assert_eq!(s.on_bytes(now, bogus, 1), Err(EventError::UnknownGrant { id: bogus }));
+        assert_eq!(s.on_done(now, bogus), Err(EventError::UnknownGrant { id: bogus }));
+        assert_eq!(s.on_failed(now, bogus), Err(EventError::UnknownGrant { id: bogus }));
+    }
+
+    #[test]
+    fn fixed_stagger_spaces_starts() {
+        let stripe = Stripe::fixed_sru("k", &servers(3), 10).unwrap();
+        let gap = Duration::from_micros(100);
+        let p = Policy::builder().stagger(Stagger::Fixed { gap }).build().unwrap();
+        let mut s = Scheduler::new(&stripe, &p, 1);
+        let t0 = Instant::now();
+        assert_eq!(requests(&mut s, t0).len(), 1);
+        assert_eq!(s.poll_timeout(), Some(t0 + gap));
+        assert_eq!(requests(&mut s, t0 + gap).len(), 1);
+        assert_eq!(requests(&mut s, t0 + gap * 2).len(), 1);
+    }
+
+    #[test]
+    fn aimd_halves_on_stall_and_regrows() {
+        let stripe = Stripe::fixed_sru("k", &servers(64), 64_000).unwrap();
+        let p = Policy::builder()
+            .max_senders(64)
+            .inflight_budget(64_000)
+            .grant_size(GrantSize::Chunk { bytes: 4_000 })
+            .hedging(Hedging::Off)
+            .adaptation(Adaptation::Aimd)
+            .build()
+            .unwrap();
+        let mut s = Scheduler::new(&stripe, &p, 3);
+        let t0 = Instant::now();
+        let gs = requests(&mut s, t0);
+        assert_eq!(gs.len(), 16);
+        let due = s.poll_timeout().unwrap();
+        s.handle_timeout(due);
+        assert_eq!(s.effective_budget(), 32_000, "one decrease per RTT even if all stall");
+        for g in &gs {
+            finish(&mut s, g, due);
+        }
+        // Additive increase: C * C / B_eff per grant, about 500 bytes each here.
+        let b = s.effective_budget();
+        assert!(b > 32_000 && b < 48_000, "{b}");
+        assert_eq!(
+            requests(&mut s, due).len() as u64,
+            b / 4_000,
+            "grants fill the effective budget, not B"
+        );
+    }
+}
