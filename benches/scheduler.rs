@@ -51,6 +51,7 @@ fn drive(mut s: Scheduler, now: Instant) -> u64 {
                 live.push(g);
             }
         }
+        black_box(s.poll_timeout());
         if live.is_empty() {
             break;
         }
