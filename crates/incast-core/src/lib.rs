@@ -12,6 +12,8 @@
 //!   `on_done`, `on_failed`, `poll_timeout`, `handle_timeout`).
 //! - [`RttEstimator`]: microsecond RFC 6298 RTO with no 200 ms floor, randomized and backed off.
 //! - [`model`]: chen-2012's flow-rate and onset model and [`model::recommend`].
+//! - [`sim`]: a deterministic simulated transport (virtual clock, one shared link, injected
+//!   stalls) for trying policies without sockets.
 //!
 //! ```
 //! use incast_core::{model, Policy, Scheduler, ServerId, Stripe};
@@ -34,6 +36,7 @@ pub mod policy;
 mod rng;
 pub mod rtt;
 pub mod scheduler;
+pub mod sim;
 pub mod stripe;
 
 pub use policy::{Adaptation, GrantSize, Hedging, Policy, PolicyBuilder, PolicyError, Stagger, WindowCap};

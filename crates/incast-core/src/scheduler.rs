@@ -28,43 +28,48 @@
 //!
 //! - **Admission**: a grant is issued only while at most K servers have grants outstanding
 //!   and the bytes requested and not yet received stay within the (effective) budget B.
-//! - **Order**: fragments already started continue first (a grant's completion queues the
-//!   next chunk of its fragment at the back of a FIFO); untouched fragments start in stripe
-//!   order, spaced by the stagger. The FIFO head is never skipped, so no fragment starves: a
-//!   head blocked by K or B is unblocked by the completion of grants already out, which hold
-//!   at most B bytes.
-//! - **One grant per fragment at a time**, in order. A fragment is therefore always
-//!   `confirmed` bytes done plus at most one grant `[confirmed, confirmed + len)` out. This
-//!   makes exactly-once delivery structural: no two live grants ever cover the same byte.
+//! - **Pipelining**: a fragment may have up to D grants outstanding (the policy's pipeline
+//!   depth), for consecutive ranges, so one sender's connection never idles a round trip
+//!   between chunks.
+//! - **Order**: three FIFO queues, served strictly in this order: fragments with ranges to
+//!   re-request (after a hedge or a failure); started fragments that can take another grant
+//!   (after each grant a fragment goes to the back, so started fragments share the budget
+//!   round-robin); then untouched fragments in stripe order, spaced by the stagger. A queue
+//!   head that K or B does not admit blocks everything behind it: no fragment is overtaken
+//!   forever, and the grants already out, which hold at most B bytes, unblock it.
+//! - **Exactly once, structurally.** Every byte of a fragment is, at any time, in exactly one
+//!   of: confirmed, in a live grant, in a *hole* (a range whose grant was cancelled or failed,
+//!   re-requested before anything new), or not yet granted (`next..len`). No two live grants
+//!   ever cover the same byte.
 //! - **Hedging replaces, it does not race.** When a grant makes no progress for one
 //!   randomized, backed-off RTO ([`crate::rtt`]), the scheduler cancels it
 //!   ([`Action::Cancel`]: the transport drains and drops its late bytes, and
-//!   [`Scheduler::on_bytes`] answers [`Delivery::Discard`] for them) and re-queues the same
+//!   [`Scheduler::on_bytes`] answers [`Delivery::Discard`] for them) and re-requests the same
 //!   range, first in line, on the spare connection of the same server or on a replica. The
 //!   replacement takes over the budget the stalled grant held, so hedges draw from B like
 //!   everything else, and their bytes are charged to the hedge budget; when that is spent the
 //!   grant just waits, with exponential backoff. Racing the stalled request instead would
 //!   need extra budget exactly when the budget is full (and in TCP incast the stalled flow is
 //!   waiting for a 200 ms timer, so it would not win the race anyway).
-//! - **Failures**: a failed grant is retried on the next replica not yet failed; a fragment
-//!   with no such replica ends the read with [`ReadError::ServerFailed`] naming the server,
-//!   and every outstanding grant is cancelled. Bytes of a grant count only once the grant is
-//!   confirmed by [`Scheduler::on_done`], so a grant that fails half-way (or fails its
-//!   checksum) is re-requested whole and the block never keeps a short or corrupt range.
+//! - **Failures**: a failed grant's range is retried on the next replica not yet failed; a
+//!   fragment with no such replica ends the read with [`ReadError::ServerFailed`] naming the
+//!   server, and every outstanding grant is cancelled. Bytes of a grant count only once the
+//!   grant is confirmed by [`Scheduler::on_done`], so a grant that fails half-way (or fails
+//!   its checksum) is re-requested whole and the block never keeps a short or corrupt range.
 //!
 //! # Invariants
 //!
 //! Checked by [`Scheduler::check_invariants`], and after every event in debug builds
-//! (fully for stripes of at most 256 fragments, the counters only above that):
+//! (fully for stripes of at most 256 fragments, the O(1) ones only above that):
 //!
 //! 1. `outstanding` (bytes requested, not received, over live grants) `<= B`;
-//! 2. servers with live grants `<= K`;
-//! 3. each fragment has at most one live grant, and it starts at the fragment's confirmed
-//!    prefix; confirmed bytes sum to `completed`;
+//! 2. servers with live grants `<= K`; live grants per fragment `<= D`;
+//! 3. per fragment, confirmed + live + holes + not yet granted = its length, and the sum
+//!    of confirmed bytes is `completed`;
 //! 4. the read is complete if and only if `completed == block_len`;
 //! 5. hedged bytes `<=` the hedge budget, and timer entries `<= 2 * live grants + 65`;
-//! 6. while the read is not finished, something is always pending (a live grant, a queued
-//!    fragment, or an unstarted fragment), and with nothing outstanding the next grant fits.
+//! 6. every started fragment that could take a grant is queued, and while the read is not
+//!    finished something is pending; with nothing outstanding, the next grant fits.
 //!
 //! # Cost
 //!
@@ -288,14 +293,27 @@ pub struct SchedulerStats {
     pub peak_outstanding: u64,
 }
 
+/// A range to request again because its grant was cancelled (hedge) or failed (retry).
+#[derive(Clone, Copy, Debug)]
+struct Hole {
+    start: u64,
+    len: u64,
+    kind: GrantKind,
+}
+
 #[derive(Clone, Debug)]
 struct Frag {
     len: u64,
     object_offset: u64,
     block_start: u64,
+    /// First byte never granted.
+    next: u64,
+    /// Bytes confirmed, anywhere in the fragment.
     confirmed: u64,
-    /// Slot of the live grant, if any.
-    active: Option<u32>,
+    /// Ranges to grant again, before `next`.
+    holes: Vec<Hole>,
+    /// Live grants of this fragment.
+    live: u32,
     /// Index into `routes[routes_start..routes_start + routes_len]` of the current server.
     route: u8,
     routes_len: u8,
@@ -305,11 +323,25 @@ struct Frag {
     lane: Lane,
     /// Consecutive stalls without progress (the RTO backoff exponent).
     backoff: u32,
+    in_ready: bool,
+    in_urgent: bool,
+}
+
+impl Frag {
+    fn has_work(&self) -> bool {
+        !self.holes.is_empty() || self.next < self.len
+    }
+    fn holes_len(&self) -> u64 {
+        self.holes.iter().map(|h| h.len).sum()
+    }
 }
 
 #[derive(Clone, Debug)]
 struct Live {
     frag: u32,
+    /// Offset of the grant inside its fragment.
+    start: u64,
+    route: u8,
     server: u32,
     lane: Lane,
     len: u64,
@@ -330,6 +362,15 @@ struct Slot {
 enum Outcome {
     Complete,
     Failed(ReadError),
+}
+
+/// Which queue a fragment waits in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Queue {
+    /// Fragments with holes to re-request.
+    Urgent,
+    /// Started fragments that can take another grant.
+    Ready,
 }
 
 /// The fan-in read state machine. See the [module docs](self).
@@ -368,6 +409,7 @@ pub struct Scheduler {
     servers: Vec<ServerId>,
     block_len: u64,
     max_senders: u32,
+    depth: u32,
     budget: u64,
     max_grant: u64,
     stagger: Stagger,
@@ -385,7 +427,8 @@ pub struct Scheduler {
     slots: Vec<Slot>,
     free_slots: Vec<u32>,
     live_grants: u32,
-    ready: VecDeque<(u32, GrantKind)>,
+    urgent: VecDeque<u32>,
+    ready: VecDeque<u32>,
     cursor: u32,
     next_start: Option<Instant>,
     timers: BinaryHeap<Reverse<(Instant, GrantId)>>,
@@ -416,19 +459,22 @@ impl Scheduler {
             let routes_start = routes.len() as u32;
             routes.push(index_of(f.server()));
             routes.extend(f.replicas().iter().map(|r| index_of(*r)));
-            let len = f.len();
             frags.push(Frag {
-                len,
+                len: f.len(),
                 object_offset: f.offset(),
                 block_start: stripe.block_range(i).start,
+                next: 0,
                 confirmed: 0,
-                active: None,
+                holes: Vec::new(),
+                live: 0,
                 route: 0,
                 routes_len: (1 + f.replicas().len()) as u8,
                 routes_start,
                 failed_routes: 0,
                 lane: Lane::Primary,
                 backoff: 0,
+                in_ready: false,
+                in_urgent: false,
             });
         }
         let block_len = stripe.block_len();
@@ -437,6 +483,7 @@ impl Scheduler {
             routes,
             block_len,
             max_senders: policy.max_senders(),
+            depth: policy.pipeline_depth(),
             budget: policy.inflight_budget(),
             max_grant: policy.max_grant_bytes(),
             stagger: policy.stagger(),
@@ -453,6 +500,7 @@ impl Scheduler {
             slots: Vec::new(),
             free_slots: Vec::new(),
             live_grants: 0,
+            urgent: VecDeque::new(),
             ready: VecDeque::new(),
             cursor: 0,
             next_start: None,
@@ -466,7 +514,7 @@ impl Scheduler {
             frags,
         };
         s.skip_empty();
-        if s.completed == s.block_len && s.cursor as usize == s.frags.len() {
+        if s.block_len == 0 {
             s.outcome = Some(Outcome::Complete);
         }
         s.debug_check();
@@ -484,23 +532,9 @@ impl Scheduler {
         if self.outcome.is_some() {
             return None;
         }
-        let action = if let Some(&(f, kind)) = self.ready.front() {
-            let g = self.try_issue(f, kind, now)?;
-            self.ready.pop_front();
-            Action::Request(g)
-        } else {
-            let f = self.cursor;
-            if f as usize >= self.frags.len() || self.next_start.is_some_and(|t| now < t) {
-                return None;
-            }
-            let g = self.try_issue(f, GrantKind::First, now)?;
-            self.cursor += 1;
-            self.skip_empty();
-            self.next_start = self.stagger_gap().map(|gap| now + gap);
-            Action::Request(g)
-        };
+        let g = self.next_grant(now)?;
         self.debug_check();
-        Some(action)
+        Some(Action::Request(g))
     }
 
     /// The earliest instant at which [`Scheduler::handle_timeout`] or
@@ -518,10 +552,14 @@ impl Scheduler {
         let timer = self.timers.peek().map(|Reverse((t, _))| *t);
         // The stagger deadline matters only when it is the one thing holding the next start.
         let stagger = match self.next_start {
-            Some(t) if self.ready.is_empty() && (self.cursor as usize) < self.frags.len() => {
-                let f = &self.frags[self.cursor as usize];
-                let server = self.routes[(f.routes_start + u32::from(f.route)) as usize];
-                self.admits(server, self.grant_len(f)).then_some(t)
+            Some(t) if self.queue_head(Queue::Urgent).is_none() && self.queue_head(Queue::Ready).is_none() => {
+                match self.frags.get(self.cursor as usize) {
+                    Some(f) => {
+                        let server = self.routes[(f.routes_start + u32::from(f.route)) as usize];
+                        self.admits(server, f.len.min(self.max_grant)).then_some(t)
+                    }
+                    None => None,
+                }
             }
             _ => None,
         };
@@ -554,23 +592,20 @@ impl Scheduler {
 
     /// `n` more bytes of grant `id` arrived (in order). Returns where they go.
     pub fn on_bytes(&mut self, now: Instant, id: GrantId, n: u64) -> Result<Delivery, EventError> {
-        let slot = self.slot_of(id)?;
-        let Some(live) = slot else {
+        let Some(live) = self.slot_of(id)? else {
             self.stats.discarded_bytes += n;
             return Ok(Delivery::Discard);
         };
-        let server = self.servers[live.server as usize];
         if n > live.len - live.received {
             return Err(EventError::TooManyBytes {
                 id,
-                server,
+                server: self.servers[live.server as usize],
                 len: live.len,
                 received: live.received,
                 extra: n - (live.len - live.received),
             });
         }
-        let frag = &self.frags[live.frag as usize];
-        let at = frag.block_start + frag.confirmed + live.received;
+        let at = self.frags[live.frag as usize].block_start + live.start + live.received;
         if n > 0 {
             let first = live.received == 0;
             let sample = now.saturating_duration_since(live.issued_at);
@@ -591,7 +626,7 @@ impl Scheduler {
 
     /// The server finished grant `id` and its bytes are good (checksums, if any, passed). Its
     /// bytes now count as delivered. Late or cancelled ids are ignored.
-    pub fn on_done(&mut self, now: Instant, id: GrantId) -> Result<(), EventError> {
+    pub fn on_done(&mut self, _now: Instant, id: GrantId) -> Result<(), EventError> {
         let Some(live) = self.slot_of(id)? else { return Ok(()) };
         if live.received != live.len {
             return Err(EventError::Short {
@@ -602,18 +637,13 @@ impl Scheduler {
             });
         }
         let live = self.release(id);
-        let f = live.frag;
-        let frag = &mut self.frags[f as usize];
-        frag.confirmed += live.len;
+        self.frags[live.frag as usize].confirmed += live.len;
         self.completed += live.len;
-        if frag.confirmed < frag.len {
-            self.ready.push_back((f, GrantKind::Next));
-        }
+        self.requeue(live.frag);
         self.adapt_on_done(live.len);
-        if self.completed == self.block_len && self.cursor as usize == self.frags.len() {
+        if self.completed == self.block_len {
             self.outcome = Some(Outcome::Complete);
         }
-        let _ = now;
         self.debug_check();
         Ok(())
     }
@@ -621,7 +651,7 @@ impl Scheduler {
     /// Grant `id` failed (connection lost, error frame, bad checksum, refused event). Its
     /// range is retried on a replica, or the read fails naming the server. Late or
     /// cancelled ids are ignored.
-    pub fn on_failed(&mut self, now: Instant, id: GrantId) -> Result<(), EventError> {
+    pub fn on_failed(&mut self, _now: Instant, id: GrantId) -> Result<(), EventError> {
         if self.slot_of(id)?.is_none() {
             return Ok(());
         }
@@ -629,26 +659,34 @@ impl Scheduler {
         let live = self.release(id);
         let f = live.frag as usize;
         let frag = &mut self.frags[f];
-        frag.failed_routes |= 1 << frag.route;
-        match next_route(frag, |_| true) {
-            Some(route) => {
-                frag.route = route;
-                frag.lane = Lane::Primary;
-                self.ready.push_front((f as u32, GrantKind::Retry));
-            }
-            None => {
-                let tried = (0..frag.routes_len)
-                    .map(|r| self.servers[self.routes[(frag.routes_start + u32::from(r)) as usize] as usize])
-                    .collect();
-                let err = ReadError::ServerFailed {
-                    fragment: f,
-                    server: self.servers[live.server as usize],
-                    tried,
-                };
-                self.fail(err);
+        frag.failed_routes |= 1 << live.route;
+        frag.holes.push(Hole {
+            start: live.start,
+            len: live.len,
+            kind: GrantKind::Retry,
+        });
+        if frag.failed_routes & (1 << frag.route) != 0 {
+            match next_route(frag, |_| true) {
+                Some(route) => {
+                    frag.route = route;
+                    frag.lane = Lane::Primary;
+                }
+                None => {
+                    let tried = (0..frag.routes_len)
+                        .map(|r| self.servers[self.routes[(frag.routes_start + u32::from(r)) as usize] as usize])
+                        .collect();
+                    let server = self.servers[live.server as usize];
+                    self.fail(ReadError::ServerFailed {
+                        fragment: f,
+                        server,
+                        tried,
+                    });
+                    self.debug_check();
+                    return Ok(());
+                }
             }
         }
-        let _ = now;
+        self.requeue(live.frag);
         self.debug_check();
         Ok(())
     }
@@ -708,24 +746,25 @@ impl Scheduler {
         self.check_counters()?;
         let mut outstanding = 0;
         let mut per_server = vec![0u32; self.servers.len()];
+        let mut per_frag = vec![(0u32, 0u64); self.frags.len()];
         let mut live = 0;
-        for (i, slot) in self.slots.iter().enumerate() {
+        for slot in &self.slots {
             let Some(l) = &slot.live else { continue };
             live += 1;
             outstanding += l.len - l.received;
             per_server[l.server as usize] += 1;
+            per_frag[l.frag as usize].0 += 1;
+            per_frag[l.frag as usize].1 += l.len;
             let f = &self.frags[l.frag as usize];
-            if f.active != Some(i as u32) {
+            if l.len == 0 || l.start + l.len > f.next {
                 return violation(format!(
-                    "slot {i} is live but fragment {} points at {:?}",
-                    l.frag, f.active
+                    "fragment {}: live grant {}+{} beyond next {}",
+                    l.frag, l.start, l.len, f.next
                 ));
             }
-            if l.len == 0 || f.confirmed + l.len > f.len {
-                return violation(format!(
-                    "slot {i}: grant of {} at {} overruns fragment of {}",
-                    l.len, f.confirmed, f.len
-                ));
+            let server = self.routes[(f.routes_start + u32::from(l.route)) as usize];
+            if l.route >= f.routes_len || server != l.server {
+                return violation(format!("fragment {}: live grant on a route it does not have", l.frag));
             }
         }
         if outstanding != self.outstanding || live != self.live_grants {
@@ -737,19 +776,40 @@ impl Scheduler {
         if per_server != self.server_live {
             return violation("per-server live counts disagree with the slots".into());
         }
+        let count = |q: &VecDeque<u32>, f: u32| q.iter().filter(|&&x| x == f).count();
         let mut completed = 0;
         for (i, f) in self.frags.iter().enumerate() {
             completed += f.confirmed;
-            if f.confirmed > f.len {
-                return violation(format!("fragment {i} confirmed {} of {}", f.confirmed, f.len));
+            let (live, live_bytes) = per_frag[i];
+            if live != f.live || live > self.depth {
+                return violation(format!(
+                    "fragment {i}: {live} live grants, counter {}, depth {}",
+                    f.live, self.depth
+                ));
             }
-            if let Some(a) = f.active {
-                if self.slots[a as usize].live.as_ref().map(|l| l.frag) != Some(i as u32) {
-                    return violation(format!("fragment {i} points at slot {a}, which is not its grant"));
-                }
+            if f.next > f.len || f.confirmed + live_bytes + f.holes_len() + (f.len - f.next) != f.len {
+                return violation(format!(
+                    "fragment {i}: confirmed {} + live {live_bytes} + holes {} + ungranted {} != length {}",
+                    f.confirmed,
+                    f.holes_len(),
+                    f.len.saturating_sub(f.next),
+                    f.len
+                ));
             }
-            if (i as u32) >= self.cursor && (f.confirmed > 0 || f.active.is_some()) {
+            let idx = i as u32;
+            if usize::from(f.in_urgent) != count(&self.urgent, idx)
+                || usize::from(f.in_ready) != count(&self.ready, idx)
+            {
+                return violation(format!("fragment {i}: queue flags disagree with the queues"));
+            }
+            if idx >= self.cursor && (f.next > 0 || f.live > 0 || f.in_ready || f.in_urgent) {
                 return violation(format!("fragment {i} is unstarted but has progress"));
+            }
+            let wants = f.has_work() && f.live < self.depth;
+            if self.outcome.is_none() && idx < self.cursor && wants && !(f.in_ready || f.in_urgent) {
+                return violation(format!(
+                    "fragment {i} could take a grant but is in no queue: it would starve"
+                ));
             }
         }
         if completed != self.completed {
@@ -758,19 +818,17 @@ impl Scheduler {
                 self.completed
             ));
         }
-        let pending = self.live_grants > 0 || !self.ready.is_empty() || (self.cursor as usize) < self.frags.len();
-        match &self.outcome {
-            None if !pending => return violation("read not finished but nothing is pending: it would stall".into()),
-            None if self.live_grants == 0 => {
-                let next = self.ready.front().map(|(f, _)| *f).unwrap_or(self.cursor);
-                let f = &self.frags[next as usize];
-                if self.grant_len(f) > self.budget_eff {
-                    return violation(format!(
-                        "nothing outstanding but fragment {next}'s next grant exceeds the budget"
-                    ));
-                }
+        if self.outcome.is_none() && self.live_grants == 0 {
+            let next = self.queue_head(Queue::Urgent).or(self.queue_head(Queue::Ready));
+            let next = next.or(((self.cursor as usize) < self.frags.len()).then_some(self.cursor));
+            let Some(f) = next else {
+                return violation("read not finished but nothing is pending: it would stall".into());
+            };
+            if self.next_len(&self.frags[f as usize]) > self.budget_eff {
+                return violation(format!(
+                    "nothing outstanding but fragment {f}'s next grant exceeds the budget"
+                ));
             }
-            _ => {}
         }
         Ok(())
     }
@@ -796,10 +854,12 @@ impl Scheduler {
                 self.stats.hedged_bytes, self.hedge_budget
             ));
         }
-        if self.budget_eff > self.budget || self.budget_eff < self.max_grant.min(self.budget) {
+        if self.budget_eff > self.budget || self.budget_eff < self.floor() {
             return violation(format!(
                 "effective budget {} outside [{}, {}]",
-                self.budget_eff, self.max_grant, self.budget
+                self.budget_eff,
+                self.floor(),
+                self.budget
             ));
         }
         if self.timers.len() > 2 * self.live_grants as usize + 65 {
@@ -851,8 +911,12 @@ impl Scheduler {
         }
     }
 
-    fn grant_len(&self, f: &Frag) -> u64 {
-        (f.len - f.confirmed).min(self.max_grant)
+    /// Length of the fragment's next grant: its oldest hole, or the next chunk.
+    fn next_len(&self, f: &Frag) -> u64 {
+        match f.holes.first() {
+            Some(h) => h.len,
+            None => (f.len - f.next).min(self.max_grant),
+        }
     }
 
     fn admits(&self, server: u32, len: u64) -> bool {
@@ -860,18 +924,101 @@ impl Scheduler {
             && self.outstanding + len <= self.budget_eff
     }
 
+    fn wants_grant(&self, f: u32) -> bool {
+        let f = &self.frags[f as usize];
+        f.has_work() && f.live < self.depth
+    }
+
+    fn queue(&mut self, q: Queue) -> &mut VecDeque<u32> {
+        match q {
+            Queue::Urgent => &mut self.urgent,
+            Queue::Ready => &mut self.ready,
+        }
+    }
+
+    /// The first queued fragment that wants a grant (entries that no longer do are stale:
+    /// they are dropped when popped).
+    fn queue_head(&self, q: Queue) -> Option<u32> {
+        let queue = match q {
+            Queue::Urgent => &self.urgent,
+            Queue::Ready => &self.ready,
+        };
+        queue.iter().copied().find(|&f| self.wants_grant(f))
+    }
+
+    fn pop_queue(&mut self, q: Queue) -> Option<u32> {
+        let f = self.queue(q).pop_front()?;
+        let frag = &mut self.frags[f as usize];
+        match q {
+            Queue::Urgent => frag.in_urgent = false,
+            Queue::Ready => frag.in_ready = false,
+        }
+        Some(f)
+    }
+
+    /// Queues a started fragment that can take another grant: urgent if it has holes.
+    fn requeue(&mut self, f: u32) {
+        if !self.wants_grant(f) {
+            return;
+        }
+        let frag = &mut self.frags[f as usize];
+        if !frag.holes.is_empty() {
+            if !frag.in_urgent {
+                frag.in_urgent = true;
+                self.urgent.push_back(f);
+            }
+        } else if !frag.in_ready {
+            frag.in_ready = true;
+            self.ready.push_back(f);
+        }
+    }
+
+    fn next_grant(&mut self, now: Instant) -> Option<Grant> {
+        for q in [Queue::Urgent, Queue::Ready] {
+            while let Some(&f) = self.queue(q).front() {
+                if !self.wants_grant(f) {
+                    self.pop_queue(q);
+                    continue;
+                }
+                // A head that K or B does not admit blocks everything behind it.
+                let g = self.try_issue(f, GrantKind::Next, now)?;
+                self.pop_queue(q);
+                self.requeue(f);
+                return Some(g);
+            }
+        }
+        let f = self.cursor;
+        if f as usize >= self.frags.len() || self.next_start.is_some_and(|t| now < t) {
+            return None;
+        }
+        let g = self.try_issue(f, GrantKind::First, now)?;
+        self.cursor += 1;
+        self.skip_empty();
+        self.next_start = self.stagger_gap().map(|gap| now + gap);
+        self.requeue(f);
+        Some(g)
+    }
+
     fn try_issue(&mut self, f: u32, kind: GrantKind, now: Instant) -> Option<Grant> {
         let frag = &self.frags[f as usize];
-        debug_assert!(frag.active.is_none());
         let server = self.routes[(frag.routes_start + u32::from(frag.route)) as usize];
-        let len = self.grant_len(frag);
+        let len = self.next_len(frag);
         if !self.admits(server, len) {
             return None;
         }
-        let (lane, backoff) = (frag.lane, frag.backoff);
-        let object_offset = frag.object_offset + frag.confirmed;
-        let block_offset = frag.block_start + frag.confirmed;
-        let timeout = self.rtt.timeout(backoff, self.rng.unit());
+        let timeout = self.rtt.timeout(frag.backoff, self.rng.unit());
+        let frag = &mut self.frags[f as usize];
+        let (start, kind) = if frag.holes.is_empty() {
+            frag.next += len;
+            (frag.next - len, kind)
+        } else {
+            let h = frag.holes.remove(0);
+            (h.start, h.kind)
+        };
+        frag.live += 1;
+        let (route, lane) = (frag.route, frag.lane);
+        let object_offset = frag.object_offset + start;
+        let block_offset = frag.block_start + start;
         let slot = match self.free_slots.pop() {
             Some(s) => s,
             None => {
@@ -882,6 +1029,8 @@ impl Scheduler {
         let entry = &mut self.slots[slot as usize];
         entry.live = Some(Live {
             frag: f,
+            start,
+            route,
             server,
             lane,
             len,
@@ -891,7 +1040,6 @@ impl Scheduler {
             timeout,
         });
         let id = GrantId::new(slot, entry.generation);
-        self.frags[f as usize].active = Some(slot);
         self.outstanding += len;
         self.live_grants += 1;
         if self.server_live[server as usize] == 0 {
@@ -938,7 +1086,7 @@ impl Scheduler {
         let live = slot.live.take().expect("release of a live grant");
         slot.generation += 1;
         self.free_slots.push(id.slot() as u32);
-        self.frags[live.frag as usize].active = None;
+        self.frags[live.frag as usize].live -= 1;
         self.outstanding -= live.len - live.received;
         self.live_grants -= 1;
         let s = &mut self.server_live[live.server as usize];
@@ -956,31 +1104,7 @@ impl Scheduler {
         let live = self.live(id).expect("stalled grant is live");
         let (f, len) = (live.frag as usize, live.len);
         self.frags[f].backoff += 1;
-        if self.hedging && self.stats.hedged_bytes + len <= self.hedge_budget {
-            let live = self.release(id);
-            self.cancels.push_back(Action::Cancel {
-                id,
-                server: self.servers[live.server as usize],
-                lane: live.lane,
-            });
-            self.stats.hedged_bytes += len;
-            // Prefer a replica that K admits; else the other connection to the same server.
-            let frag = &self.frags[f];
-            let cur = frag.route;
-            let replica = next_route(frag, |r| {
-                let s = self.routes[(frag.routes_start + u32::from(r)) as usize];
-                r != cur && (self.server_live[s as usize] > 0 || self.live_servers < self.max_senders)
-            });
-            let frag = &mut self.frags[f];
-            match replica {
-                Some(r) if r != cur => {
-                    frag.route = r;
-                    frag.lane = Lane::Primary;
-                }
-                _ => frag.lane = frag.lane.other(),
-            }
-            self.ready.push_front((f as u32, GrantKind::Hedge));
-        } else {
+        if !(self.hedging && self.stats.hedged_bytes + len <= self.hedge_budget) {
             if self.hedging {
                 self.stats.hedges_denied += 1;
             }
@@ -989,7 +1113,39 @@ impl Scheduler {
             live.last_progress = now;
             live.timeout = timeout;
             self.push_timer(now + timeout, id);
+            return;
         }
+        let live = self.release(id);
+        self.cancels.push_back(Action::Cancel {
+            id,
+            server: self.servers[live.server as usize],
+            lane: live.lane,
+        });
+        self.stats.hedged_bytes += len;
+        let frag = &self.frags[f];
+        // Move the fragment off the connection that stalled (once, not once per stalled
+        // grant behind it): to a replica that K admits, else the other lane of the server.
+        if (live.route, live.lane) == (frag.route, frag.lane) {
+            let cur = frag.route;
+            let replica = next_route(frag, |r| {
+                let s = self.routes[(frag.routes_start + u32::from(r)) as usize];
+                r != cur && (self.server_live[s as usize] > 0 || self.live_servers < self.max_senders)
+            });
+            let frag = &mut self.frags[f];
+            match replica {
+                Some(r) => {
+                    frag.route = r;
+                    frag.lane = Lane::Primary;
+                }
+                None => frag.lane = frag.lane.other(),
+            }
+        }
+        self.frags[f].holes.push(Hole {
+            start: live.start,
+            len,
+            kind: GrantKind::Hedge,
+        });
+        self.requeue(f as u32);
     }
 
     fn push_timer(&mut self, at: Instant, id: GrantId) {
@@ -1022,9 +1178,17 @@ impl Scheduler {
                     server: self.servers[live.server as usize],
                     lane: live.lane,
                 });
+                // Never granted again (the read is over), but accounted for.
+                let hole = Hole {
+                    start: live.start,
+                    len: live.len,
+                    kind: GrantKind::Retry,
+                };
+                self.frags[live.frag as usize].holes.push(hole);
             }
         }
-        self.ready.clear();
+        while self.pop_queue(Queue::Urgent).is_some() {}
+        while self.pop_queue(Queue::Ready).is_some() {}
         self.timers.clear();
         self.outcome = Some(Outcome::Failed(err));
     }
@@ -1113,6 +1277,7 @@ mod tests {
             .max_senders(3)
             .inflight_budget(25_000)
             .grant_size(GrantSize::Chunk { bytes: 4_000 })
+            .pipeline_depth(1)
             .build()
             .unwrap();
         let now = Instant::now();
@@ -1130,6 +1295,39 @@ mod tests {
             (next[0].fragment, next[0].kind, next[0].object_offset),
             (0, GrantKind::Next, 4_000)
         );
+    }
+
+    #[test]
+    fn pipelining_keeps_one_sender_busy_and_started_fragments_first() {
+        let stripe = Stripe::fixed_sru("k", &servers(3), 100_000).unwrap();
+        let p = Policy::builder()
+            .inflight_budget(40_000)
+            .grant_size(GrantSize::Chunk { bytes: 10_000 })
+            .pipeline_depth(3)
+            .build()
+            .unwrap();
+        let now = Instant::now();
+        let mut s = Scheduler::new(&stripe, &p, 1);
+        let gs = requests(&mut s, now);
+        // Three consecutive chunks of fragment 0 (depth 3), then fragment 1 starts with the
+        // budget's last 10,000 bytes.
+        let got: Vec<_> = gs.iter().map(|g| (g.fragment, g.object_offset, g.kind)).collect();
+        let want = [
+            (0, 0, GrantKind::First),
+            (0, 10_000, GrantKind::Next),
+            (0, 20_000, GrantKind::Next),
+            (1, 0, GrantKind::First),
+        ];
+        assert_eq!(got, want);
+        // Completing a middle chunk first is fine. Fragment 0 is back in line behind
+        // fragment 1, which continues first.
+        finish(&mut s, &gs[1], now);
+        let next = requests(&mut s, now);
+        assert_eq!(
+            next.iter().map(|g| (g.fragment, g.object_offset)).collect::<Vec<_>>(),
+            [(1, 10_000)]
+        );
+        assert_eq!(s.completed_bytes(), 10_000);
     }
 
     #[test]

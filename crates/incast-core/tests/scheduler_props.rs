@@ -6,7 +6,8 @@
 //!
 //! - bytes requested and not yet received never exceed B;
 //! - servers with requests outstanding never exceed K;
-//! - every grant lies inside its fragment and on one of the fragment's servers;
+//! - every grant lies inside its fragment and on one of the fragment's servers, at most D
+//!   are live per fragment, and a new grant overlaps no live grant and no confirmed range;
 //! - bytes are written exactly where the grant says, cancelled grants' bytes are discarded,
 //!   and confirmed ranges never overlap (every byte delivered exactly once, hedges included);
 //! - the read is complete exactly when the confirmed ranges cover the block;
@@ -140,6 +141,7 @@ struct PolicySpec {
     k_exp: u32,
     k_frac: f64,
     whole: bool,
+    depth: u32,
     chunk_shift: u32,
     budget_mult: u64,
     stagger: u8,
@@ -150,29 +152,27 @@ struct PolicySpec {
 }
 
 fn policy_spec() -> impl Strategy<Value = PolicySpec> {
-    (
-        (0u32..=12, 0.0f64..1.0, any::<bool>(), 0u32..6, 1u64..=64),
-        (0u8..3, 0u64..300),
-        proptest::option::of((0.0f64..0.5, 0u64..=(1 << 20))),
-        0u8..3,
-        (1u64..=1_000, 1u64..=10_000, 1u64..=100_000),
-    )
-        .prop_map(
-            |((k_exp, k_frac, whole, chunk_shift, budget_mult), (stagger, stagger_us), hedging, adaptation, rto)| {
-                PolicySpec {
-                    k_exp,
-                    k_frac,
-                    whole,
-                    chunk_shift,
-                    budget_mult,
-                    stagger,
-                    stagger_us,
-                    hedging,
-                    adaptation,
-                    rto_us: rto,
-                }
-            },
-        )
+    let shape = (0u32..=12, 0.0f64..1.0, any::<bool>(), 0u32..6, 1u64..=64);
+    let timing = (0u8..3, 0u64..300, prop_oneof![4 => 1u32..=4, 1 => 5u32..=64]);
+    let hedging = proptest::option::of((0.0f64..0.5, 0u64..=(1 << 20)));
+    let rto = (1u64..=1_000, 1u64..=10_000, 1u64..=100_000);
+    (shape, timing, hedging, 0u8..3, rto).prop_map(|(shape, timing, hedging, adaptation, rto_us)| {
+        let (k_exp, k_frac, whole, chunk_shift, budget_mult) = shape;
+        let (stagger, stagger_us, depth) = timing;
+        PolicySpec {
+            k_exp,
+            k_frac,
+            whole,
+            depth,
+            chunk_shift,
+            budget_mult,
+            stagger,
+            stagger_us,
+            hedging,
+            adaptation,
+            rto_us,
+        }
+    })
 }
 
 /// Builds the policy; grant sizes are scaled to the block so that one case stays within a
@@ -212,6 +212,7 @@ fn build_policy(spec: &PolicySpec, stripe: &Stripe) -> Policy {
     Policy::builder()
         .max_senders(k)
         .inflight_budget(budget)
+        .pipeline_depth(spec.depth)
         .grant_size(if spec.whole {
             GrantSize::Whole
         } else {
@@ -271,6 +272,7 @@ struct Harness {
     s: Scheduler,
     stripe: Stripe,
     k: u32,
+    depth: u32,
     budget: u64,
     max_grant: u64,
     now: Instant,
@@ -293,6 +295,7 @@ impl Harness {
         Self {
             s,
             k: policy.max_senders(),
+            depth: policy.pipeline_depth(),
             budget: policy.inflight_budget(),
             max_grant: policy.max_grant_bytes(),
             stripe,
@@ -306,6 +309,14 @@ impl Harness {
             steps: 0,
             synced: false,
         }
+    }
+
+    /// True when `start..end` overlaps a confirmed range (they are disjoint and sorted).
+    fn overlaps_confirmed(&self, start: u64, end: u64) -> bool {
+        self.confirmed
+            .range(..end)
+            .next_back()
+            .is_some_and(|(_, &prev_end)| prev_end > start)
     }
 
     fn routes(&self, fragment: usize) -> Vec<ServerId> {
@@ -330,10 +341,20 @@ impl Harness {
                         self.routes(g.fragment).contains(&g.server),
                         "grant to a server not of its fragment"
                     );
+                    let (start, end) = (g.block_offset, g.block_offset + g.len);
+                    let same: Vec<&LiveGrant> = self.live.iter().filter(|l| l.g.fragment == g.fragment).collect();
                     prop_assert!(
-                        !self.live.iter().any(|l| l.g.fragment == g.fragment),
-                        "two live grants for fragment {}",
+                        same.len() < self.depth as usize,
+                        "more than D live grants for fragment {}",
                         g.fragment
+                    );
+                    for l in same {
+                        let (s2, e2) = (l.g.block_offset, l.g.block_offset + l.g.len);
+                        prop_assert!(end <= s2 || e2 <= start, "grant overlaps live grant {}", l.g.id);
+                    }
+                    prop_assert!(
+                        !self.overlaps_confirmed(start, end),
+                        "grant re-requests confirmed bytes"
                     );
                     self.live.push(LiveGrant { g, received: 0 });
                 }
@@ -392,9 +413,12 @@ impl Harness {
             Ok(()) => {
                 prop_assert_eq!(l.received, l.g.len, "done accepted a short grant");
                 let (start, end) = (l.g.block_offset, l.g.block_offset + l.g.len);
-                if let Some((_, &prev_end)) = self.confirmed.range(..end).next_back() {
-                    prop_assert!(prev_end <= start, "byte {} delivered twice", start.max(prev_end - 1));
-                }
+                prop_assert!(
+                    !self.overlaps_confirmed(start, end),
+                    "a byte of {}..{} was delivered twice",
+                    start,
+                    end
+                );
                 self.confirmed.insert(start, end);
                 self.confirmed_bytes += l.g.len;
                 self.live.swap_remove(i);
