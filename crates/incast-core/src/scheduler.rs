@@ -89,6 +89,7 @@ use crate::rtt::RttEstimator;
 use crate::stripe::{ServerId, Stripe};
 
 /// Above this many fragments, debug builds check only the O(1) invariants after each event.
+#[cfg(debug_assertions)]
 const DEBUG_FULL_CHECK_MAX_FRAGMENTS: usize = 256;
 
 /// Names one grant (one request to one server). Unique within a scheduler.
