@@ -195,6 +195,9 @@ pub struct ModelInput {
 
 /// The onset (Equation 3) and the goodput curve at each sender count.
 pub fn predict(input: &ModelInput, senders: &[u64]) -> Result<(u64, Vec<CurvePoint>), ModelError> {
+    if input.sru == 0 {
+        return Err(ModelError::Zero("sru"));
+    }
     let onset = onset_senders(input.buffer, input.sru, input.initial_window)?;
     let points = senders
         .iter()
@@ -345,6 +348,7 @@ mod tests {
             initial_window: MSS_1448,
         };
         let (onset, pts) = predict(&input, &[1, 6, 7, 64]).unwrap();
+        assert_eq!(predict(&ModelInput { sru: 0, ..input }, &[1]), Err(ModelError::Zero("sru")));
         assert_eq!(onset, 7);
         assert_eq!(pts[1].predicted_bps, pts[1].before_bps);
         assert_eq!(pts[2].predicted_bps, pts[2].incast_bps);
