@@ -348,7 +348,10 @@ mod tests {
             initial_window: MSS_1448,
         };
         let (onset, pts) = predict(&input, &[1, 6, 7, 64]).unwrap();
-        assert_eq!(predict(&ModelInput { sru: 0, ..input }, &[1]), Err(ModelError::Zero("sru")));
+        assert_eq!(
+            predict(&ModelInput { sru: 0, ..input }, &[1]),
+            Err(ModelError::Zero("sru"))
+        );
         assert_eq!(onset, 7);
         assert_eq!(pts[1].predicted_bps, pts[1].before_bps);
         assert_eq!(pts[2].predicted_bps, pts[2].incast_bps);

@@ -1199,30 +1199,28 @@ impl Scheduler {
     }
 
     fn adapt_on_stall(&mut self, now: Instant) {
-        if self.adaptation == Adaptation::Static {
-            return;
+        if self.adaptation != Adaptation::Static {
+            self.decrease_budget(now, self.budget_eff / 2);
         }
-        let spacing = self.rtt.srtt().unwrap_or_else(|| self.rtt.rto());
-        if self.last_decrease.is_some_and(|t| now < t + spacing) {
-            return;
-        }
-        self.budget_eff = (self.budget_eff / 2).max(self.floor());
-        self.last_decrease = Some(now);
     }
 
     fn adapt_on_rtt(&mut self, now: Instant, sample: Duration) {
         let Adaptation::Delay { target } = self.adaptation else {
             return;
         };
-        let Some(min) = self.rtt.min_rtt() else { return };
-        if sample <= min + target {
-            return;
+        if self.rtt.min_rtt().is_some_and(|min| sample > min + target) {
+            self.decrease_budget(now, self.budget_eff - self.budget_eff / 8);
         }
-        let spacing = self.rtt.srtt().unwrap_or(sample);
+    }
+
+    /// Multiplicative decrease to `to` (never below one grant), at most once per smoothed
+    /// RTT: the stalls and late samples of one congestion event arrive together.
+    fn decrease_budget(&mut self, now: Instant, to: u64) {
+        let spacing = self.rtt.srtt().unwrap_or_else(|| self.rtt.rto());
         if self.last_decrease.is_some_and(|t| now < t + spacing) {
             return;
         }
-        self.budget_eff = (self.budget_eff - self.budget_eff / 8).max(self.floor());
+        self.budget_eff = to.max(self.floor());
         self.last_decrease = Some(now);
     }
 
