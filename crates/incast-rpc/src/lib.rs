@@ -1,13 +1,15 @@
-//! # incast-rpc (not implemented yet)
+//! # incast-rpc: the TCP transport of incast (in progress)
 //!
-//! This crate will hold the transports that drive [`incast_core::Scheduler`] over real
-//! sockets: the wire format, the TCP server and pooled client with `fan_in_read`, socket
-//! tuning with a report of what the kernel kept, TCP_INFO counters, a high-resolution timer,
-//! and QUIC behind the `quic` feature. See the project's DESIGN.md.
+//! Drives [`incast_core::Scheduler`] over real sockets. Done so far:
 //!
-//! **Nothing here works yet.** The crate exists so that the workspace has its final shape;
-//! it only re-exports the core so that depending on it is harmless.
+//! - [`wire`]: the versioned binary frame format, with every length bounded before anything
+//!   is allocated.
+//!
+//! Not implemented yet: the fragment server, the pooled client with `fan_in_read`, socket
+//! tuning, TCP_INFO, the high-resolution timer, and QUIC. See the project's DESIGN.md.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub use incast_core as core;
+
+pub mod wire;

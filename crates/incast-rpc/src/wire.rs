@@ -1,0 +1,676 @@
+//! The wire format: small, versioned, binary frames over one TCP connection.
+//!
+//! Every frame is a 16-byte header and a payload, all integers big-endian:
+//!
+//! ```text
+//!  0        1        2                 4                                 8                                16
+//!  +--------+--------+--------+--------+--------+--------+--------+--------+----- ... -----+
+//!  |version | kind   | flags (u16)     | payload length (u32)              | request id (u64)  |
+//!  +--------+--------+--------+--------+--------+--------+--------+--------+----- ... -----+
+//! ```
+//!
+//! | kind | direction | payload |
+//! |---|---|---|
+//! | 1 `Request` | client to server | object offset `u64`, length `u64`, key length `u16`, key (UTF-8) |
+//! | 2 `Cancel` | client to server | empty: stop sending request `id` |
+//! | 3 `Data` | server to client | bytes of request `id`, in order, at most [`MAX_DATA_PAYLOAD`] per frame |
+//! | 4 `End` | server to client | CRC32C `u32` (if flag bit 0), then the server socket's TCP counters (if flag bit 1): RTT us, retransmits, RTOs, RTO recoveries, RTO time ms, five `u32` |
+//! | 5 `Error` | server to client | code `u16`, message (UTF-8); id 0 means the whole connection |
+//!
+//! A server answers the requests of one connection in order: zero or more `Data` frames whose
+//! lengths add up to the requested length, then `End`; or an `Error` for that id. After a
+//! `Cancel` it may stop early: the `End` then carries flag bit 2 (cancelled) and the data
+//! sent so far is short.
+//!
+//! **Bounds before allocation.** [`Header::decode`] rejects a frame whose payload length
+//! exceeds the bound of its kind ([`MAX_DATA_PAYLOAD`] for data, [`MAX_CONTROL_PAYLOAD`] for
+//! everything else, exact sizes for `Cancel` and `End`) before a single payload byte is read,
+//! so a peer can never make the other side allocate what it asks for. Keys are at most
+//! [`MAX_KEY_LEN`] bytes, requests at most [`MAX_REQUEST_LEN`] bytes. Every violation is a
+//! [`WireError`]; the connection is then closed.
+
+use bytes::{BufMut, Bytes};
+
+/// Protocol version carried by every frame.
+pub const VERSION: u8 = 1;
+/// Header length in bytes.
+pub const HEADER_LEN: usize = 16;
+/// Longest object key, in bytes (1 KiB).
+pub const MAX_KEY_LEN: usize = 1024;
+/// Largest length one request may ask for (1 GiB).
+pub const MAX_REQUEST_LEN: u64 = 1 << 30;
+/// Largest payload of one `Data` frame (1 MiB).
+pub const MAX_DATA_PAYLOAD: u32 = 1 << 20;
+/// Largest payload of any other frame (2 KiB: a request with the longest key fits).
+pub const MAX_CONTROL_PAYLOAD: u32 = 2048;
+/// Longest error message, in bytes.
+pub const MAX_ERROR_MESSAGE: usize = 1024;
+/// Payload length of an `End` frame.
+pub const END_PAYLOAD: u32 = 24;
+
+const END_HAS_CRC: u16 = 1;
+const END_HAS_COUNTERS: u16 = 2;
+const END_CANCELLED: u16 = 4;
+const REQUEST_FIXED: usize = 18;
+
+/// The kind of a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Kind {
+    /// Client asks for a range.
+    Request = 1,
+    /// Client withdraws a request.
+    Cancel = 2,
+    /// Server sends bytes.
+    Data = 3,
+    /// Server finished a request.
+    End = 4,
+    /// Server refuses a request or the connection.
+    Error = 5,
+}
+
+impl Kind {
+    fn from_u8(v: u8) -> Option<Self> {
+        Some(match v {
+            1 => Kind::Request,
+            2 => Kind::Cancel,
+            3 => Kind::Data,
+            4 => Kind::End,
+            5 => Kind::Error,
+            _ => return None,
+        })
+    }
+
+    /// Allowed payload lengths: `(min, max)`.
+    fn payload_bounds(self) -> (u32, u32) {
+        match self {
+            Kind::Request => (REQUEST_FIXED as u32, (REQUEST_FIXED + MAX_KEY_LEN) as u32),
+            Kind::Cancel => (0, 0),
+            Kind::Data => (0, MAX_DATA_PAYLOAD),
+            Kind::End => (END_PAYLOAD, END_PAYLOAD),
+            Kind::Error => (2, MAX_CONTROL_PAYLOAD),
+        }
+    }
+}
+
+/// Why bytes are not a valid frame. The connection that sent them is closed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WireError {
+    /// The peer speaks another version.
+    #[error("unsupported protocol version {version} (this side speaks {VERSION})")]
+    UnsupportedVersion {
+        /// The version received.
+        version: u8,
+    },
+    /// The kind byte names no frame.
+    #[error("unknown frame kind {kind}")]
+    UnknownKind {
+        /// The byte received.
+        kind: u8,
+    },
+    /// The payload length is outside the bounds of its kind.
+    #[error("{kind:?} frame with a {len}-byte payload: allowed {min}..={max}")]
+    BadLength {
+        /// The frame kind.
+        kind: Kind,
+        /// The announced length.
+        len: u32,
+        /// Smallest allowed.
+        min: u32,
+        /// Largest allowed.
+        max: u32,
+    },
+    /// A request's key length disagrees with its payload length.
+    #[error("request key of {key_len} bytes does not match its {payload}-byte payload")]
+    KeyLength {
+        /// Key length announced.
+        key_len: usize,
+        /// Payload length.
+        payload: usize,
+    },
+    /// A request asks for more than [`MAX_REQUEST_LEN`] bytes, or its range overflows.
+    #[error("request for {len} bytes at offset {offset}: at most {max} bytes, and offset + length must fit 64 bits")]
+    RequestTooLarge {
+        /// Offset requested.
+        offset: u64,
+        /// Length requested.
+        len: u64,
+        /// [`MAX_REQUEST_LEN`].
+        max: u64,
+    },
+    /// A text field is not UTF-8.
+    #[error("{field} is not valid UTF-8")]
+    Utf8 {
+        /// Which field.
+        field: &'static str,
+    },
+    /// Flags that the kind does not define.
+    #[error("{kind:?} frame with unknown flags {flags:#06x}")]
+    UnknownFlags {
+        /// The frame kind.
+        kind: Kind,
+        /// The flags received.
+        flags: u16,
+    },
+    /// Request id 0 is reserved for connection-wide errors.
+    #[error("{kind:?} frame with request id 0 (reserved)")]
+    ZeroId {
+        /// The frame kind.
+        kind: Kind,
+    },
+}
+
+/// A decoded header: everything needed to read the payload, already bounds-checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    /// Frame kind.
+    pub kind: Kind,
+    /// Kind-specific flags.
+    pub flags: u16,
+    /// Payload length, within the bounds of `kind`.
+    pub len: u32,
+    /// Request id (0 only for connection-wide errors).
+    pub id: u64,
+}
+
+impl Header {
+    /// Decodes and checks a header; no payload byte has been read yet.
+    pub fn decode(b: &[u8; HEADER_LEN]) -> Result<Self, WireError> {
+        if b[0] != VERSION {
+            return Err(WireError::UnsupportedVersion { version: b[0] });
+        }
+        let kind = Kind::from_u8(b[1]).ok_or(WireError::UnknownKind { kind: b[1] })?;
+        let flags = u16::from_be_bytes([b[2], b[3]]);
+        let len = u32::from_be_bytes([b[4], b[5], b[6], b[7]]);
+        let id = u64::from_be_bytes(b[8..16].try_into().expect("8 bytes"));
+        let (min, max) = kind.payload_bounds();
+        if len < min || len > max {
+            return Err(WireError::BadLength { kind, len, min, max });
+        }
+        let allowed = if kind == Kind::End {
+            END_HAS_CRC | END_HAS_COUNTERS | END_CANCELLED
+        } else {
+            0
+        };
+        if flags & !allowed != 0 {
+            return Err(WireError::UnknownFlags { kind, flags });
+        }
+        if id == 0 && kind != Kind::Error {
+            return Err(WireError::ZeroId { kind });
+        }
+        Ok(Self { kind, flags, len, id })
+    }
+
+    /// Encodes the header.
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut b = [0u8; HEADER_LEN];
+        b[0] = VERSION;
+        b[1] = self.kind as u8;
+        b[2..4].copy_from_slice(&self.flags.to_be_bytes());
+        b[4..8].copy_from_slice(&self.len.to_be_bytes());
+        b[8..16].copy_from_slice(&self.id.to_be_bytes());
+        b
+    }
+}
+
+/// Counters of the server's socket, from TCP_INFO, sent with every `End`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TcpCounters {
+    /// Smoothed RTT in microseconds.
+    pub rtt_us: u32,
+    /// Segments retransmitted over the connection's life (`tcpi_total_retrans`).
+    pub retransmits: u32,
+    /// Retransmission timeouts (`tcpi_total_rto`, Linux 6.7+).
+    pub rtos: u32,
+    /// Recoveries from RTOs (`tcpi_total_rto_recoveries`, Linux 6.7+).
+    pub rto_recoveries: u32,
+    /// Time spent in RTO recovery, ms (`tcpi_total_rto_time`, Linux 6.7+).
+    pub rto_time_ms: u32,
+}
+
+/// Error codes of `Error` frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorCode {
+    /// No object with that key.
+    NotFound,
+    /// The range lies (partly) outside the object.
+    OutOfRange,
+    /// The request was malformed or too large.
+    BadRequest,
+    /// The server is at its connection or request limit.
+    Busy,
+    /// The server is shutting down.
+    ShuttingDown,
+    /// The store failed.
+    Internal,
+    /// A code this side does not know (kept, so nothing is lost).
+    Other(u16),
+}
+
+impl ErrorCode {
+    fn to_u16(self) -> u16 {
+        match self {
+            ErrorCode::NotFound => 1,
+            ErrorCode::OutOfRange => 2,
+            ErrorCode::BadRequest => 3,
+            ErrorCode::Busy => 4,
+            ErrorCode::ShuttingDown => 5,
+            ErrorCode::Internal => 6,
+            ErrorCode::Other(c) => c,
+        }
+    }
+    fn from_u16(c: u16) -> Self {
+        match c {
+            1 => ErrorCode::NotFound,
+            2 => ErrorCode::OutOfRange,
+            3 => ErrorCode::BadRequest,
+            4 => ErrorCode::Busy,
+            5 => ErrorCode::ShuttingDown,
+            6 => ErrorCode::Internal,
+            c => ErrorCode::Other(c),
+        }
+    }
+}
+
+/// One frame.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Frame {
+    /// Ask for `len` bytes of `key` from `offset`.
+    Request {
+        /// Request id, not 0.
+        id: u64,
+        /// Object key, at most [`MAX_KEY_LEN`] bytes.
+        key: String,
+        /// Offset in the object.
+        offset: u64,
+        /// Bytes wanted, at most [`MAX_REQUEST_LEN`].
+        len: u64,
+    },
+    /// Withdraw request `id`.
+    Cancel {
+        /// Request id.
+        id: u64,
+    },
+    /// Bytes of request `id`.
+    Data {
+        /// Request id.
+        id: u64,
+        /// At most [`MAX_DATA_PAYLOAD`] bytes.
+        payload: Bytes,
+    },
+    /// Request `id` is finished.
+    End {
+        /// Request id.
+        id: u64,
+        /// CRC32C of all the request's data, if the server computed it.
+        crc32c: Option<u32>,
+        /// The server socket's counters, if it could read them.
+        counters: Option<TcpCounters>,
+        /// The server stopped early because of a `Cancel`.
+        cancelled: bool,
+    },
+    /// Request `id` (or, with id 0, the connection) failed.
+    Error {
+        /// Request id, 0 for the connection.
+        id: u64,
+        /// What went wrong.
+        code: ErrorCode,
+        /// Human-readable detail, at most [`MAX_ERROR_MESSAGE`] bytes.
+        message: String,
+    },
+}
+
+impl Frame {
+    /// The request id.
+    pub fn id(&self) -> u64 {
+        match self {
+            Frame::Request { id, .. }
+            | Frame::Cancel { id }
+            | Frame::Data { id, .. }
+            | Frame::End { id, .. }
+            | Frame::Error { id, .. } => *id,
+        }
+    }
+
+    /// Appends the encoded frame to `out`. Panics only on values that [`Frame::check`]
+    /// rejects (keys or payloads over their bound): call it first for untrusted values.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        out.extend_from_slice(&[0; HEADER_LEN]);
+        let (kind, flags) = match self {
+            Frame::Request { key, offset, len, .. } => {
+                out.put_u64(*offset);
+                out.put_u64(*len);
+                out.put_u16(key.len() as u16);
+                out.extend_from_slice(key.as_bytes());
+                (Kind::Request, 0)
+            }
+            Frame::Cancel { .. } => (Kind::Cancel, 0),
+            Frame::Data { payload, .. } => {
+                out.extend_from_slice(payload);
+                (Kind::Data, 0)
+            }
+            Frame::End {
+                crc32c,
+                counters,
+                cancelled,
+                ..
+            } => {
+                out.put_u32(crc32c.unwrap_or(0));
+                let c = counters.unwrap_or_default();
+                for v in [c.rtt_us, c.retransmits, c.rtos, c.rto_recoveries, c.rto_time_ms] {
+                    out.put_u32(v);
+                }
+                let flags = if crc32c.is_some() { END_HAS_CRC } else { 0 }
+                    | if counters.is_some() { END_HAS_COUNTERS } else { 0 }
+                    | if *cancelled { END_CANCELLED } else { 0 };
+                (Kind::End, flags)
+            }
+            Frame::Error { code, message, .. } => {
+                out.put_u16(code.to_u16());
+                out.extend_from_slice(message.as_bytes());
+                (Kind::Error, 0)
+            }
+        };
+        let len = (out.len() - start - HEADER_LEN) as u32;
+        let header = Header {
+            kind,
+            flags,
+            len,
+            id: self.id(),
+        };
+        out[start..start + HEADER_LEN].copy_from_slice(&header.encode());
+    }
+
+    /// Checks the bounds [`Frame::encode`] relies on.
+    pub fn check(&self) -> Result<(), WireError> {
+        let mut buf = Vec::new();
+        let fits = match self {
+            Frame::Request { key, .. } => key.len() <= MAX_KEY_LEN,
+            Frame::Data { payload, .. } => payload.len() <= MAX_DATA_PAYLOAD as usize,
+            Frame::Error { message, .. } => message.len() <= MAX_ERROR_MESSAGE,
+            _ => true,
+        };
+        if !fits {
+            let kind = self.kind();
+            let (min, max) = kind.payload_bounds();
+            return Err(WireError::BadLength {
+                kind,
+                len: u32::MAX,
+                min,
+                max,
+            });
+        }
+        self.encode(&mut buf);
+        let header = Header::decode(buf[..HEADER_LEN].try_into().expect("header"))?;
+        Frame::decode_payload(&header, Bytes::from(buf).slice(HEADER_LEN..)).map(|_| ())
+    }
+
+    /// This frame's kind.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Frame::Request { .. } => Kind::Request,
+            Frame::Cancel { .. } => Kind::Cancel,
+            Frame::Data { .. } => Kind::Data,
+            Frame::End { .. } => Kind::End,
+            Frame::Error { .. } => Kind::Error,
+        }
+    }
+
+    /// Decodes the payload of a checked header (`payload.len() == header.len`).
+    pub fn decode_payload(h: &Header, payload: Bytes) -> Result<Frame, WireError> {
+        debug_assert_eq!(payload.len(), h.len as usize);
+        let id = h.id;
+        let p = &payload[..];
+        Ok(match h.kind {
+            Kind::Request => {
+                let offset = u64::from_be_bytes(p[0..8].try_into().expect("bounded"));
+                let len = u64::from_be_bytes(p[8..16].try_into().expect("bounded"));
+                let key_len = usize::from(u16::from_be_bytes([p[16], p[17]]));
+                if REQUEST_FIXED + key_len != p.len() {
+                    return Err(WireError::KeyLength {
+                        key_len,
+                        payload: p.len(),
+                    });
+                }
+                if len > MAX_REQUEST_LEN || offset.checked_add(len).is_none() {
+                    return Err(WireError::RequestTooLarge {
+                        offset,
+                        len,
+                        max: MAX_REQUEST_LEN,
+                    });
+                }
+                let key = std::str::from_utf8(&p[REQUEST_FIXED..]).map_err(|_| WireError::Utf8 { field: "key" })?;
+                Frame::Request {
+                    id,
+                    key: key.to_owned(),
+                    offset,
+                    len,
+                }
+            }
+            Kind::Cancel => Frame::Cancel { id },
+            Kind::Data => Frame::Data { id, payload },
+            Kind::End => {
+                let w = |i: usize| u32::from_be_bytes(p[i..i + 4].try_into().expect("bounded"));
+                let counters = TcpCounters {
+                    rtt_us: w(4),
+                    retransmits: w(8),
+                    rtos: w(12),
+                    rto_recoveries: w(16),
+                    rto_time_ms: w(20),
+                };
+                Frame::End {
+                    id,
+                    crc32c: (h.flags & END_HAS_CRC != 0).then(|| w(0)),
+                    counters: (h.flags & END_HAS_COUNTERS != 0).then_some(counters),
+                    cancelled: h.flags & END_CANCELLED != 0,
+                }
+            }
+            Kind::Error => {
+                let code = ErrorCode::from_u16(u16::from_be_bytes([p[0], p[1]]));
+                let msg = &p[2..];
+                if msg.len() > MAX_ERROR_MESSAGE {
+                    return Err(WireError::BadLength {
+                        kind: Kind::Error,
+                        len: h.len,
+                        min: 2,
+                        max: (2 + MAX_ERROR_MESSAGE) as u32,
+                    });
+                }
+                let message = std::str::from_utf8(msg).map_err(|_| WireError::Utf8 { field: "error message" })?;
+                Frame::Error {
+                    id,
+                    code,
+                    message: message.to_owned(),
+                }
+            }
+        })
+    }
+}
+
+/// Decodes one frame from the front of `buf`: `Ok(None)` if more bytes are needed, else the
+/// frame and how many bytes it used. Never allocates more than the bounds of the module docs.
+///
+/// ```
+/// use incast_rpc::wire::{decode, Frame};
+/// let f = Frame::Request { id: 7, key: "blk".into(), offset: 0, len: 4096 };
+/// let mut buf = Vec::new();
+/// f.encode(&mut buf);
+/// assert_eq!(decode(&buf[..10]), Ok(None));
+/// assert_eq!(decode(&buf), Ok(Some((f, buf.len()))));
+/// ```
+pub fn decode(buf: &[u8]) -> Result<Option<(Frame, usize)>, WireError> {
+    let Some(head) = buf.first_chunk::<HEADER_LEN>() else {
+        return Ok(None);
+    };
+    let h = Header::decode(head)?;
+    let total = HEADER_LEN + h.len as usize;
+    if buf.len() < total {
+        return Ok(None);
+    }
+    let payload = Bytes::copy_from_slice(&buf[HEADER_LEN..total]);
+    Ok(Some((Frame::decode_payload(&h, payload)?, total)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn enc(f: &Frame) -> Vec<u8> {
+        let mut v = Vec::new();
+        f.encode(&mut v);
+        v
+    }
+
+    #[test]
+    fn every_kind_round_trips() {
+        let frames = [
+            Frame::Request {
+                id: 1,
+                key: "k".repeat(MAX_KEY_LEN),
+                offset: 5,
+                len: MAX_REQUEST_LEN,
+            },
+            Frame::Cancel { id: u64::MAX },
+            Frame::Data {
+                id: 3,
+                payload: Bytes::from(vec![7u8; MAX_DATA_PAYLOAD as usize]),
+            },
+            Frame::Data {
+                id: 3,
+                payload: Bytes::new(),
+            },
+            Frame::End {
+                id: 4,
+                crc32c: Some(0xDEAD_BEEF),
+                counters: None,
+                cancelled: false,
+            },
+            Frame::End {
+                id: 4,
+                crc32c: None,
+                counters: Some(TcpCounters {
+                    rtt_us: 1,
+                    retransmits: 2,
+                    rtos: 3,
+                    rto_recoveries: 4,
+                    rto_time_ms: 5,
+                }),
+                cancelled: true,
+            },
+            Frame::Error {
+                id: 0,
+                code: ErrorCode::Busy,
+                message: "full".into(),
+            },
+            Frame::Error {
+                id: 9,
+                code: ErrorCode::Other(999),
+                message: String::new(),
+            },
+        ];
+        for f in frames {
+            f.check().unwrap();
+            let b = enc(&f);
+            assert_eq!(decode(&b), Ok(Some((f, b.len()))));
+        }
+    }
+
+    #[test]
+    fn bounds_are_checked_from_the_header_alone() {
+        let mut h = Header {
+            kind: Kind::Data,
+            flags: 0,
+            len: MAX_DATA_PAYLOAD + 1,
+            id: 1,
+        }
+        .encode();
+        assert!(matches!(
+            Header::decode(&h),
+            Err(WireError::BadLength { kind: Kind::Data, .. })
+        ));
+        h[1] = Kind::Request as u8;
+        h[4..8].copy_from_slice(&u32::MAX.to_be_bytes());
+        // Claims 4 GiB: refused with only 16 bytes read.
+        assert!(matches!(
+            decode(&h),
+            Err(WireError::BadLength {
+                kind: Kind::Request,
+                ..
+            })
+        ));
+        h[0] = 2;
+        assert_eq!(decode(&h), Err(WireError::UnsupportedVersion { version: 2 }));
+        h[0] = VERSION;
+        h[1] = 99;
+        assert_eq!(decode(&h), Err(WireError::UnknownKind { kind: 99 }));
+        let zero = Header {
+            kind: Kind::Cancel,
+            flags: 0,
+            len: 0,
+            id: 0,
+        }
+        .encode();
+        assert_eq!(decode(&zero), Err(WireError::ZeroId { kind: Kind::Cancel }));
+        let flags = Header {
+            kind: Kind::Data,
+            flags: 1,
+            len: 0,
+            id: 1,
+        }
+        .encode();
+        assert!(matches!(decode(&flags), Err(WireError::UnknownFlags { .. })));
+    }
+
+    #[test]
+    fn malformed_payloads_are_typed_errors() {
+        let mut b = enc(&Frame::Request {
+            id: 1,
+            key: "abc".into(),
+            offset: 0,
+            len: 1,
+        });
+        b[HEADER_LEN + 17] = 4; // key length 4, payload has 3
+        assert_eq!(
+            decode(&b),
+            Err(WireError::KeyLength {
+                key_len: 4,
+                payload: 21
+            })
+        );
+        let b = enc(&Frame::Request {
+            id: 1,
+            key: "a".into(),
+            offset: u64::MAX,
+            len: 1,
+        });
+        assert!(matches!(decode(&b), Err(WireError::RequestTooLarge { .. })));
+        let mut b = enc(&Frame::Request {
+            id: 1,
+            key: "a".into(),
+            offset: 0,
+            len: 1,
+        });
+        *b.last_mut().unwrap() = 0xFF;
+        assert_eq!(decode(&b), Err(WireError::Utf8 { field: "key" }));
+        let long = Frame::Request {
+            id: 1,
+            key: "k".repeat(MAX_KEY_LEN + 1),
+            offset: 0,
+            len: 1,
+        };
+        assert!(long.check().is_err());
+        assert_eq!(
+            WireError::BadLength {
+                kind: Kind::Data,
+                len: 5,
+                min: 0,
+                max: 4
+            }
+            .to_string(),
+            "Data frame with a 5-byte payload: allowed 0..=4"
+        );
+    }
+}
