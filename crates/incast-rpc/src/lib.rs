@@ -1,15 +1,30 @@
 //! # incast-rpc: the TCP transport of incast (in progress)
 //!
-//! Drives [`incast_core::Scheduler`] over real sockets. Done so far:
+//! Drives [`incast_core::Scheduler`] over real sockets. Linux only (it uses TCP_INFO,
+//! TCP_WINDOW_CLAMP, timerfd and the per-socket RTO options). Done so far:
 //!
 //! - [`wire`]: the versioned binary frame format, with every length bounded before anything
-//!   is allocated.
+//!   is allocated;
+//! - [`SocketTuning`]: socket options with a report of what the kernel kept or refused;
+//! - [`TcpInfo`]: TCP_INFO with the kernel's RTO counters;
+//! - [`HrTimer`]: a timerfd-based timer for sub-millisecond deadlines.
 //!
-//! Not implemented yet: the fragment server, the pooled client with `fan_in_read`, socket
-//! tuning, TCP_INFO, the high-resolution timer, and QUIC. See the project's DESIGN.md.
-#![forbid(unsafe_code)]
+//! Not implemented yet: the fragment server, the pooled client with `fan_in_read`, and QUIC.
+//! See the project's DESIGN.md.
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
+
+#[cfg(not(target_os = "linux"))]
+compile_error!("incast-rpc needs Linux (TCP_INFO, TCP_WINDOW_CLAMP, timerfd)");
 
 pub use incast_core as core;
 
+mod sys;
+pub mod tcpinfo;
+pub mod timer;
+pub mod tune;
 pub mod wire;
+
+pub use tcpinfo::TcpInfo;
+pub use timer::HrTimer;
+pub use tune::{rearm_quickack, Applied, OptValue, Refused, SockOpt, SocketTuning, TuningReport};
