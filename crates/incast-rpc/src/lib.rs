@@ -7,9 +7,12 @@
 //!   is allocated;
 //! - [`SocketTuning`]: socket options with a report of what the kernel kept or refused;
 //! - [`TcpInfo`]: TCP_INFO with the kernel's RTO counters;
-//! - [`HrTimer`]: a timerfd-based timer for sub-millisecond deadlines.
+//! - [`HrTimer`]: a timerfd-based timer for sub-millisecond deadlines;
+//! - [`store`] and [`server`]: the [`FragmentStore`] trait, in-memory and file stores, and the
+//!   fragment server ([`serve`]);
+//! - [`client`]: the pooled [`Client`] and its [`Client::fan_in_read`].
 //!
-//! Not implemented yet: the fragment server, the pooled client with `fan_in_read`, and QUIC.
+//! Not implemented yet: QUIC.
 //! See the project's DESIGN.md.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
@@ -19,12 +22,20 @@ compile_error!("incast-rpc needs Linux (TCP_INFO, TCP_WINDOW_CLAMP, timerfd)");
 
 pub use incast_core as core;
 
+pub mod client;
+pub mod server;
+pub mod store;
 mod sys;
 pub mod tcpinfo;
 pub mod timer;
 pub mod tune;
 pub mod wire;
 
+pub use client::{
+    Client, ClientConfig, ClientConfigBuilder, ClientConfigError, FanInError, FragmentReport, ReadOutput, ReadReport,
+};
+pub use server::{serve, ServerConfig, ServerConfigBuilder, ServerConfigError, ServerHandle, ServerStats};
+pub use store::{FileStore, FragmentStore, MemStore, StoreError};
 pub use tcpinfo::TcpInfo;
 pub use timer::HrTimer;
 pub use tune::{rearm_quickack, Applied, OptValue, Refused, SockOpt, SocketTuning, TuningReport};

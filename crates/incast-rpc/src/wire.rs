@@ -153,6 +153,13 @@ pub enum WireError {
         /// The flags received.
         flags: u16,
     },
+    /// A valid frame that this side never receives (a server sent a `Request`, a client a
+    /// `Data`).
+    #[error("unexpected {kind:?} frame in this direction")]
+    UnexpectedKind {
+        /// The frame kind.
+        kind: Kind,
+    },
     /// Request id 0 is reserved for connection-wide errors.
     #[error("{kind:?} frame with request id 0 (reserved)")]
     ZeroId {

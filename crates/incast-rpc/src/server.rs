@@ -1,0 +1,605 @@
+//! The fragment server: serves a [`FragmentStore`] over the [wire format](crate::wire).
+//!
+//! One task per connection reads requests and answers them in order: the bytes in `Data`
+//! frames of at most [`ServerConfig::data_frame_bytes`], then an `End` with the CRC32C of the
+//! response and the socket's TCP_INFO counters (so the client can report how many kernel RTOs
+//! the server's side of the connection took). A missing key or range gets an `Error` frame
+//! for that request, not a dropped connection. A `Cancel` stops a queued or running response
+//! at the next frame boundary.
+//!
+//! Bounds: at most [`ServerConfig::max_connections`] connections (one more is told `Busy` and
+//! closed), at most [`ServerConfig::max_outstanding`] queued requests per connection (beyond
+//! that the server stops reading the socket, so TCP pushes back), requests of at most
+//! [`ServerConfig::max_request_bytes`]. A malformed frame gets a connection-level `Error` and
+//! the connection is closed; other connections are not affected.
+
+use std::collections::HashSet;
+use std::io::{self, IoSlice};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::task::{JoinHandle, JoinSet};
+
+use crate::store::{FragmentStore, StoreError};
+use crate::tcpinfo::TcpInfo;
+use crate::tune::SocketTuning;
+use crate::wire::{ErrorCode, Frame, Header, Kind, WireError, HEADER_LEN, MAX_CONTROL_PAYLOAD, MAX_DATA_PAYLOAD};
+
+/// Default connection limit (1024).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// Default queued requests per connection (64).
+pub const DEFAULT_MAX_OUTSTANDING: usize = 64;
+/// Default largest request (64 MiB).
+pub const DEFAULT_MAX_REQUEST_BYTES: u64 = 64 << 20;
+/// Default data frame size (256 KiB).
+pub const DEFAULT_DATA_FRAME_BYTES: u32 = 256 << 10;
+/// Default time `shutdown` lets running requests finish (5 s).
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Why a server configuration was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerConfigError {
+    /// A value is outside its range.
+    #[error("server config field `{field}` = {value} is out of range: allowed {allowed}")]
+    OutOfRange {
+        /// The field.
+        field: &'static str,
+        /// The value given.
+        value: u64,
+        /// The allowed range.
+        allowed: &'static str,
+    },
+}
+
+/// Server settings. Build with [`ServerConfig::builder`].
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    max_connections: usize,
+    max_outstanding: usize,
+    max_request_bytes: u64,
+    data_frame_bytes: u32,
+    checksums: bool,
+    tuning: SocketTuning,
+    shutdown_grace: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfigBuilder::default().build().expect("defaults are valid")
+    }
+}
+
+impl ServerConfig {
+    /// A builder starting from the defaults.
+    pub fn builder() -> ServerConfigBuilder {
+        ServerConfigBuilder::default()
+    }
+    /// Connection limit.
+    pub fn max_connections(&self) -> usize {
+        self.max_connections
+    }
+    /// Queued requests per connection.
+    pub fn max_outstanding(&self) -> usize {
+        self.max_outstanding
+    }
+    /// Largest request in bytes.
+    pub fn max_request_bytes(&self) -> u64 {
+        self.max_request_bytes
+    }
+    /// Largest data frame in bytes.
+    pub fn data_frame_bytes(&self) -> u32 {
+        self.data_frame_bytes
+    }
+}
+
+/// Builds a [`ServerConfig`].
+#[derive(Clone, Debug)]
+pub struct ServerConfigBuilder {
+    cfg: ServerConfig,
+}
+
+impl Default for ServerConfigBuilder {
+    fn default() -> Self {
+        Self {
+            cfg: ServerConfig {
+                max_connections: DEFAULT_MAX_CONNECTIONS,
+                max_outstanding: DEFAULT_MAX_OUTSTANDING,
+                max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
+                data_frame_bytes: DEFAULT_DATA_FRAME_BYTES,
+                checksums: true,
+                tuning: SocketTuning::server(),
+                shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            },
+        }
+    }
+}
+
+impl ServerConfigBuilder {
+    /// Most connections at once. Default [`DEFAULT_MAX_CONNECTIONS`]; range `1..=1_000_000`.
+    pub fn max_connections(mut self, n: usize) -> Self {
+        self.cfg.max_connections = n;
+        self
+    }
+    /// Most queued requests per connection. Default [`DEFAULT_MAX_OUTSTANDING`]; range `1..=65536`.
+    pub fn max_outstanding(mut self, n: usize) -> Self {
+        self.cfg.max_outstanding = n;
+        self
+    }
+    /// Largest request in bytes. Default [`DEFAULT_MAX_REQUEST_BYTES`]; range `1..=2^30`.
+    pub fn max_request_bytes(mut self, n: u64) -> Self {
+        self.cfg.max_request_bytes = n;
+        self
+    }
+    /// Largest data frame in bytes. Default [`DEFAULT_DATA_FRAME_BYTES`]; range `1..=2^20`.
+    pub fn data_frame_bytes(mut self, n: u32) -> Self {
+        self.cfg.data_frame_bytes = n;
+        self
+    }
+    /// Send the CRC32C of every response in its `End`. Default on.
+    pub fn checksums(mut self, on: bool) -> Self {
+        self.cfg.checksums = on;
+        self
+    }
+    /// Socket options for accepted connections. Default [`SocketTuning::server`].
+    pub fn tuning(mut self, t: SocketTuning) -> Self {
+        self.cfg.tuning = t;
+        self
+    }
+    /// How long [`ServerHandle::shutdown`] lets running requests finish. Default
+    /// [`DEFAULT_SHUTDOWN_GRACE`]; range up to 1 hour.
+    pub fn shutdown_grace(mut self, d: Duration) -> Self {
+        self.cfg.shutdown_grace = d;
+        self
+    }
+    /// Checks every field.
+    pub fn build(self) -> Result<ServerConfig, ServerConfigError> {
+        let c = &self.cfg;
+        let check = |field, value: u64, lo: u64, hi: u64, allowed| {
+            if value < lo || value > hi {
+                Err(ServerConfigError::OutOfRange { field, value, allowed })
+            } else {
+                Ok(())
+            }
+        };
+        check("max_connections", c.max_connections as u64, 1, 1_000_000, "1..=1000000")?;
+        check("max_outstanding", c.max_outstanding as u64, 1, 65_536, "1..=65536")?;
+        check("max_request_bytes", c.max_request_bytes, 1, 1 << 30, "1..=2^30")?;
+        check(
+            "data_frame_bytes",
+            u64::from(c.data_frame_bytes),
+            1,
+            u64::from(MAX_DATA_PAYLOAD),
+            "1..=2^20",
+        )?;
+        check("shutdown_grace", c.shutdown_grace.as_secs(), 0, 3600, "0..=3600 s")?;
+        Ok(self.cfg)
+    }
+}
+
+/// Counters of a running server.
+#[derive(Debug, Default)]
+pub struct ServerStats {
+    /// Connections accepted.
+    pub connections: AtomicU64,
+    /// Connections refused at the limit.
+    pub refused: AtomicU64,
+    /// Requests answered with data.
+    pub requests: AtomicU64,
+    /// Requests answered with an error frame.
+    pub request_errors: AtomicU64,
+    /// Connections closed for a protocol violation.
+    pub protocol_errors: AtomicU64,
+    /// Requests stopped by a cancel.
+    pub cancelled: AtomicU64,
+    /// Payload bytes sent.
+    pub bytes: AtomicU64,
+    /// Socket options the kernel refused (see [`ServerHandle::tuning_report`]).
+    pub tuning_refusals: AtomicU64,
+}
+
+/// A running server. Dropping the handle leaves the server running until the runtime ends;
+/// call [`ServerHandle::shutdown`] or [`ServerHandle::abort`].
+#[derive(Debug)]
+pub struct ServerHandle {
+    addr: SocketAddr,
+    shutdown: watch::Sender<bool>,
+    accept: JoinHandle<()>,
+    stats: Arc<ServerStats>,
+    tuning: Arc<Mutex<Option<String>>>,
+}
+
+impl ServerHandle {
+    /// The address the server listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+    /// Counters.
+    pub fn stats(&self) -> &ServerStats {
+        &self.stats
+    }
+    /// The tuning report of the most recent connection, as text.
+    pub fn tuning_report(&self) -> Option<String> {
+        self.tuning.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+    /// Stops accepting, lets queued requests finish for up to the grace period, then closes
+    /// every connection.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        let _ = self.accept.await;
+    }
+    /// Closes everything at once, as a crash would (clients see resets or EOF mid-response).
+    pub fn abort(self) {
+        self.accept.abort();
+    }
+}
+
+/// Binds `addr` and serves `store` on the current tokio runtime.
+///
+/// ```no_run
+/// # async fn f() -> std::io::Result<()> {
+/// use incast_rpc::{serve, MemStore, ServerConfig};
+/// let store = MemStore::new();
+/// store.insert("blk", vec![0u8; 1 << 20]);
+/// let server = serve("127.0.0.1:0".parse().unwrap(), store, ServerConfig::default()).await?;
+/// println!("serving on {}", server.local_addr());
+/// server.shutdown().await;
+/// # Ok(()) }
+/// ```
+pub async fn serve<S: FragmentStore>(addr: SocketAddr, store: S, config: ServerConfig) -> io::Result<ServerHandle> {
+    let listener = TcpListener::bind(addr).await?;
+    let addr = listener.local_addr()?;
+    let (tx, rx) = watch::channel(false);
+    let stats = Arc::new(ServerStats::default());
+    let tuning = Arc::new(Mutex::new(None));
+    let ctx = Arc::new(Ctx {
+        store,
+        cfg: config,
+        stats: stats.clone(),
+        tuning: tuning.clone(),
+    });
+    let accept = tokio::spawn(accept_loop(listener, ctx, rx));
+    Ok(ServerHandle {
+        addr,
+        shutdown: tx,
+        accept,
+        stats,
+        tuning,
+    })
+}
+
+struct Ctx<S> {
+    store: S,
+    cfg: ServerConfig,
+    stats: Arc<ServerStats>,
+    tuning: Arc<Mutex<Option<String>>>,
+}
+
+async fn accept_loop<S: FragmentStore>(listener: TcpListener, ctx: Arc<Ctx<S>>, mut shutdown: watch::Receiver<bool>) {
+    let limit = Arc::new(Semaphore::new(ctx.cfg.max_connections));
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = shutdown.changed() => break,
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            accepted = listener.accept() => {
+                let Ok((stream, _peer)) = accepted else { continue };
+                match limit.clone().try_acquire_owned() {
+                    Ok(permit) => {
+                        ctx.stats.connections.fetch_add(1, Ordering::Relaxed);
+                        let (ctx, rx) = (ctx.clone(), shutdown.clone());
+                        conns.spawn(async move {
+                            connection(stream, ctx, rx).await;
+                            drop(permit);
+                        });
+                    }
+                    Err(_) => {
+                        ctx.stats.refused.fetch_add(1, Ordering::Relaxed);
+                        conns.spawn(refuse(stream));
+                    }
+                }
+            }
+        }
+    }
+    drop(listener);
+    let grace = ctx.cfg.shutdown_grace;
+    let _ = tokio::time::timeout(grace, async { while conns.join_next().await.is_some() {} }).await;
+    // Dropping the JoinSet aborts what did not finish in time.
+}
+
+async fn refuse(mut stream: TcpStream) {
+    let mut buf = Vec::new();
+    Frame::Error {
+        id: 0,
+        code: ErrorCode::Busy,
+        message: "connection limit reached".into(),
+    }
+    .encode(&mut buf);
+    let _ = stream.write_all(&buf).await;
+    let _ = stream.shutdown().await;
+}
+
+enum Item {
+    Request {
+        id: u64,
+        key: String,
+        offset: u64,
+        len: u64,
+    },
+    Refuse {
+        id: u64,
+        code: ErrorCode,
+        message: String,
+    },
+    Fatal(WireError),
+}
+
+#[derive(Default)]
+struct Pending {
+    queued: HashSet<u64>,
+    cancelled: HashSet<u64>,
+}
+
+async fn connection<S: FragmentStore>(stream: TcpStream, ctx: Arc<Ctx<S>>, shutdown: watch::Receiver<bool>) {
+    let report = ctx.cfg.tuning.apply(&stream);
+    if !report.refused.is_empty() || !report.applied.is_empty() {
+        ctx.stats
+            .tuning_refusals
+            .fetch_add(report.refused.len() as u64, Ordering::Relaxed);
+        *ctx.tuning.lock().unwrap_or_else(|e| e.into_inner()) = Some(report.to_string());
+    }
+    let (rd, wr) = stream.into_split();
+    let pending = Arc::new(Mutex::new(Pending::default()));
+    let (tx, rx) = mpsc::channel(ctx.cfg.max_outstanding);
+    let reader = read_requests(rd, tx, pending.clone(), ctx.cfg.max_request_bytes, shutdown);
+    let writer = write_responses(wr, rx, pending, &ctx);
+    tokio::join!(reader, writer);
+}
+
+/// Reads frames until EOF, an error, a protocol violation or shutdown.
+async fn read_requests(
+    mut rd: tokio::net::tcp::OwnedReadHalf,
+    tx: mpsc::Sender<Item>,
+    pending: Arc<Mutex<Pending>>,
+    max_request: u64,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut head = [0u8; HEADER_LEN];
+    let mut payload = vec![0u8; MAX_CONTROL_PAYLOAD as usize];
+    loop {
+        let read = tokio::select! {
+            r = rd.read_exact(&mut head) => r,
+            _ = shutdown.changed() => return,
+        };
+        if read.is_err() {
+            return;
+        }
+        let h = match Header::decode(&head) {
+            Ok(h) if matches!(h.kind, Kind::Request | Kind::Cancel) => h,
+            Ok(h) => {
+                let _ = tx.send(Item::Fatal(WireError::UnexpectedKind { kind: h.kind })).await;
+                return;
+            }
+            Err(e) => {
+                let _ = tx.send(Item::Fatal(e)).await;
+                return;
+            }
+        };
+        // Bounded by Header::decode: requests and cancels are control frames.
+        let body = &mut payload[..h.len as usize];
+        if rd.read_exact(body).await.is_err() {
+            return;
+        }
+        let item = match Frame::decode_payload(&h, Bytes::copy_from_slice(body)) {
+            Err(e) => Item::Fatal(e),
+            Ok(Frame::Cancel { id }) => {
+                let mut p = pending.lock().unwrap_or_else(|e| e.into_inner());
+                if p.queued.contains(&id) {
+                    p.cancelled.insert(id);
+                }
+                continue;
+            }
+            Ok(Frame::Request { id, key, offset, len }) => {
+                let fresh = pending.lock().unwrap_or_else(|e| e.into_inner()).queued.insert(id);
+                if !fresh {
+                    Item::Refuse {
+                        id,
+                        code: ErrorCode::BadRequest,
+                        message: format!("request id {id} is already in use"),
+                    }
+                } else if len > max_request {
+                    Item::Refuse {
+                        id,
+                        code: ErrorCode::BadRequest,
+                        message: format!("request of {len} bytes exceeds this server's limit of {max_request}"),
+                    }
+                } else {
+                    Item::Request { id, key, offset, len }
+                }
+            }
+            Ok(_) => unreachable!("only requests and cancels pass the kind check"),
+        };
+        let fatal = matches!(item, Item::Fatal(_));
+        if tx.send(item).await.is_err() || fatal {
+            return;
+        }
+    }
+}
+
+async fn write_responses<S: FragmentStore>(
+    mut wr: OwnedWriteHalf,
+    mut rx: mpsc::Receiver<Item>,
+    pending: Arc<Mutex<Pending>>,
+    ctx: &Ctx<S>,
+) {
+    let mut buf = Vec::with_capacity(256);
+    while let Some(item) = rx.recv().await {
+        let result = match item {
+            Item::Fatal(e) => {
+                ctx.stats.protocol_errors.fetch_add(1, Ordering::Relaxed);
+                let message = truncate(e.to_string());
+                let _ = send(
+                    &mut wr,
+                    &mut buf,
+                    Frame::Error {
+                        id: 0,
+                        code: ErrorCode::BadRequest,
+                        message,
+                    },
+                )
+                .await;
+                break;
+            }
+            Item::Refuse { id, code, message } => {
+                ctx.stats.request_errors.fetch_add(1, Ordering::Relaxed);
+                pending.lock().unwrap_or_else(|e| e.into_inner()).queued.remove(&id);
+                send(
+                    &mut wr,
+                    &mut buf,
+                    Frame::Error {
+                        id,
+                        code,
+                        message: truncate(message),
+                    },
+                )
+                .await
+            }
+            Item::Request { id, key, offset, len } => {
+                let r = respond(&mut wr, &mut buf, &pending, ctx, id, &key, offset, len).await;
+                let mut p = pending.lock().unwrap_or_else(|e| e.into_inner());
+                p.queued.remove(&id);
+                p.cancelled.remove(&id);
+                r
+            }
+        };
+        if result.is_err() {
+            break;
+        }
+    }
+    let _ = wr.shutdown().await;
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn respond<S: FragmentStore>(
+    wr: &mut OwnedWriteHalf,
+    buf: &mut Vec<u8>,
+    pending: &Mutex<Pending>,
+    ctx: &Ctx<S>,
+    id: u64,
+    key: &str,
+    offset: u64,
+    len: u64,
+) -> io::Result<()> {
+    let cancelled = || {
+        pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .cancelled
+            .contains(&id)
+    };
+    let end = |crc32c, cancelled, wr: &OwnedWriteHalf| Frame::End {
+        id,
+        crc32c,
+        counters: TcpInfo::of(wr.as_ref()).ok().map(|i| i.counters()),
+        cancelled,
+    };
+    if cancelled() {
+        ctx.stats.cancelled.fetch_add(1, Ordering::Relaxed);
+        return send(wr, buf, end(None, true, wr)).await;
+    }
+    let data = match ctx.store.read(key, offset, len).await {
+        Ok(d) if d.len() as u64 == len => d,
+        Ok(d) => {
+            let message = format!("store returned {} of {len} bytes of `{key}`", d.len());
+            ctx.stats.request_errors.fetch_add(1, Ordering::Relaxed);
+            return send(
+                wr,
+                buf,
+                Frame::Error {
+                    id,
+                    code: ErrorCode::Internal,
+                    message: truncate(message),
+                },
+            )
+            .await;
+        }
+        Err(e) => {
+            let code = match &e {
+                StoreError::NotFound { .. } => ErrorCode::NotFound,
+                StoreError::OutOfRange { .. } => ErrorCode::OutOfRange,
+                StoreError::BadKey { .. } => ErrorCode::BadRequest,
+                _ => ErrorCode::Internal,
+            };
+            ctx.stats.request_errors.fetch_add(1, Ordering::Relaxed);
+            return send(
+                wr,
+                buf,
+                Frame::Error {
+                    id,
+                    code,
+                    message: truncate(e.to_string()),
+                },
+            )
+            .await;
+        }
+    };
+    let mut crc = 0u32;
+    for chunk in data.chunks(ctx.cfg.data_frame_bytes as usize) {
+        if cancelled() {
+            ctx.stats.cancelled.fetch_add(1, Ordering::Relaxed);
+            return send(wr, buf, end(None, true, wr)).await;
+        }
+        let header = Header {
+            kind: Kind::Data,
+            flags: 0,
+            len: chunk.len() as u32,
+            id,
+        }
+        .encode();
+        write_parts(wr, &header, chunk).await?;
+        if ctx.cfg.checksums {
+            crc = crc32c::crc32c_append(crc, chunk);
+        }
+        ctx.stats.bytes.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+    }
+    ctx.stats.requests.fetch_add(1, Ordering::Relaxed);
+    send(wr, buf, end(ctx.cfg.checksums.then_some(crc), false, wr)).await
+}
+
+fn truncate(mut s: String) -> String {
+    if s.len() > crate::wire::MAX_ERROR_MESSAGE {
+        let mut cut = crate::wire::MAX_ERROR_MESSAGE;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+    }
+    s
+}
+
+async fn send(wr: &mut OwnedWriteHalf, buf: &mut Vec<u8>, frame: Frame) -> io::Result<()> {
+    buf.clear();
+    frame.encode(buf);
+    wr.write_all(buf).await
+}
+
+/// Writes a header and a payload with as few syscalls (and segments) as possible.
+pub(crate) async fn write_parts<W: AsyncWrite + Unpin>(w: &mut W, header: &[u8], payload: &[u8]) -> io::Result<()> {
+    let mut bufs = [IoSlice::new(header), IoSlice::new(payload)];
+    let mut slices: &mut [IoSlice<'_>] = &mut bufs;
+    while !slices.is_empty() {
+        let n = w.write_vectored(slices).await?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        IoSlice::advance_slices(&mut slices, n);
+    }
+    Ok(())
+}

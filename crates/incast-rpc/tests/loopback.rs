@@ -1,0 +1,463 @@
+//! End-to-end tests of the TCP transport on loopback: in-process servers, real sockets.
+//!
+//! Run: `cargo test --release -p incast-rpc --test loopback`
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use incast_core::{Fragment, GrantSize, Hedging, Policy, ReadError, RtoBounds, ServerId, Stripe};
+use incast_rpc::store::{FragmentStore, MemStore, StoreError};
+use incast_rpc::wire::{decode, ErrorCode, Frame, Header, Kind, HEADER_LEN};
+use incast_rpc::{serve, Client, ClientConfig, FanInError, ServerConfig, ServerHandle};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// The byte at `j` of server `i`'s object: distinct per server and position.
+fn pattern(i: u32, j: usize) -> u8 {
+    (i.wrapping_mul(131) as usize ^ j.wrapping_mul(7) ^ (j >> 9)) as u8
+}
+
+fn object(i: u32, len: usize) -> Vec<u8> {
+    (0..len).map(|j| pattern(i, j)).collect()
+}
+
+/// A store that delays or never answers some keys, to play a slow or hung server.
+#[derive(Clone)]
+struct Gate {
+    inner: MemStore,
+    delay: Option<Duration>,
+}
+
+impl FragmentStore for Gate {
+    async fn read(&self, key: &str, offset: u64, len: u64) -> Result<Bytes, StoreError> {
+        match self.delay {
+            Some(d) if d == Duration::MAX => std::future::pending().await,
+            Some(d) => tokio::time::sleep(d).await,
+            None => {}
+        }
+        self.inner.read(key, offset, len).await
+    }
+}
+
+struct Cluster {
+    servers: Vec<ServerHandle>,
+    client: Client,
+}
+
+/// `n` servers; server i stores `lens[i]` bytes of object "blk" (the pattern of i); the
+/// servers listed in `gates` get that delay (Duration::MAX = never answer).
+async fn cluster(lens: &[usize], gates: &[(u32, Duration)], cfg: ClientConfig) -> Cluster {
+    let mut servers = Vec::new();
+    for (i, &len) in lens.iter().enumerate() {
+        let store = MemStore::new();
+        store.insert("blk", object(i as u32, len));
+        let delay = gates.iter().find(|(s, _)| *s == i as u32).map(|(_, d)| *d);
+        let h = serve(
+            "127.0.0.1:0".parse().unwrap(),
+            Gate { inner: store, delay },
+            ServerConfig::default(),
+        )
+        .await
+        .unwrap();
+        servers.push(h);
+    }
+    let addrs = servers
+        .iter()
+        .enumerate()
+        .map(|(i, h)| (ServerId(i as u32), h.local_addr()));
+    Cluster {
+        client: Client::with_config(addrs, cfg),
+        servers,
+    }
+}
+
+fn stripe_of(lens: &[usize]) -> Stripe {
+    Stripe::new(
+        lens.iter()
+            .enumerate()
+            .map(|(i, &l)| Fragment::new(ServerId(i as u32), "blk", 0, l as u64))
+            .collect(),
+    )
+    .unwrap()
+}
+
+fn expected(lens: &[usize]) -> Vec<u8> {
+    lens.iter()
+        .enumerate()
+        .flat_map(|(i, &l)| object(i as u32, l))
+        .collect()
+}
+
+fn policies() -> Vec<(&'static str, Policy)> {
+    vec![
+        ("default", Policy::default()),
+        ("naive", Policy::naive()),
+        (
+            "small chunks",
+            Policy::builder()
+                .max_senders(3)
+                .inflight_budget(10_000)
+                .grant_size(GrantSize::Chunk { bytes: 1_000 })
+                .pipeline_depth(2)
+                .build()
+                .unwrap(),
+        ),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_byte_of_every_block_matches_the_stores() {
+    for n in [1usize, 2, 7, 16, 64, 256] {
+        // Odd sizes, and every fifth fragment empty.
+        let lens: Vec<usize> = (0..n)
+            .map(|i| if i % 5 == 4 { 0 } else { (i * 7919 + 13) % 40_000 + 1 })
+            .collect();
+        let c = cluster(&lens, &[], ClientConfig::default()).await;
+        let stripe = stripe_of(&lens);
+        let want = expected(&lens);
+        for (name, policy) in policies() {
+            for round in 0..2 {
+                let out = c
+                    .client
+                    .fan_in_read(&stripe, &policy)
+                    .await
+                    .unwrap_or_else(|e| panic!("n={n} {name}: {e}"));
+                assert_eq!(out.block.len(), want.len());
+                assert!(out.block == want, "n={n} {name} round {round}: block differs");
+                let bytes: u64 = out.report.fragments.iter().map(|f| f.bytes).sum();
+                assert_eq!(bytes, want.len() as u64);
+                assert_eq!(out.report.checksum_failures, 0);
+            }
+        }
+        // The second rounds reused pooled connections.
+        assert!(c.client.idle_connections() >= lens.iter().filter(|&&l| l > 0).count());
+        for s in c.servers {
+            s.shutdown().await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_killed_mid_read_is_named_within_the_deadline() {
+    let lens = vec![256 * 1024; 8];
+    let cfg = ClientConfig::builder()
+        .read_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let mut c = cluster(&lens, &[(3, Duration::from_millis(300))], cfg).await;
+    let stripe = stripe_of(&lens);
+    let victim = c.servers.remove(3);
+    let client = Arc::new(c.client);
+    let reader = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            let policy = Policy::builder().hedging(Hedging::Off).build().unwrap();
+            let t = Instant::now();
+            (client.fan_in_read(&stripe, &policy).await, t.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    victim.abort();
+    let (result, took) = reader.await.unwrap();
+    match result {
+        Err(FanInError::Failed {
+            source: ReadError::ServerFailed { server, fragment, .. },
+            cause,
+        }) => {
+            assert_eq!((server, fragment), (ServerId(3), 3));
+            assert!(cause.contains("server 3"), "{cause}");
+        }
+        other => panic!("expected a failure naming server 3, got {other:?}"),
+    }
+    assert!(took < Duration::from_secs(5), "{took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_server_times_out_naming_it_and_a_replica_rescues_the_read() {
+    let lens = vec![64 * 1024; 4];
+    let cfg = ClientConfig::builder()
+        .read_timeout(Duration::from_millis(400))
+        .build()
+        .unwrap();
+    let c = cluster(&[64 * 1024; 5], &[(2, Duration::MAX)], cfg).await;
+    // No replica: hedges go to the hung server's spare connection, which hangs too.
+    let t = Instant::now();
+    let err = c
+        .client
+        .fan_in_read(&stripe_of(&lens), &Policy::default())
+        .await
+        .unwrap_err();
+    match err {
+        FanInError::Timeout { waiting_on, .. } => assert_eq!(waiting_on, vec![ServerId(2)]),
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    assert!(t.elapsed() < Duration::from_millis(1_000));
+    // With server 4 holding a replica of fragment 2 (same bytes), the hedge completes the read.
+    let store = MemStore::new();
+    store.insert("blk", object(2, 64 * 1024));
+    let replica = serve("127.0.0.1:0".parse().unwrap(), store, ServerConfig::default())
+        .await
+        .unwrap();
+    let mut addrs: Vec<_> = c
+        .servers
+        .iter()
+        .enumerate()
+        .map(|(i, h)| (ServerId(i as u32), h.local_addr()))
+        .collect();
+    addrs[4].1 = replica.local_addr();
+    let client = Client::with_config(
+        addrs,
+        ClientConfig::builder()
+            .read_timeout(Duration::from_secs(2))
+            .build()
+            .unwrap(),
+    );
+    let frags = (0..4u32)
+        .map(|i| {
+            let f = Fragment::new(ServerId(i), "blk", 0, 64 * 1024);
+            if i == 2 {
+                f.with_replicas([ServerId(4)])
+            } else {
+                f
+            }
+        })
+        .collect();
+    let policy = Policy::builder()
+        .rto(
+            RtoBounds::new(
+                Duration::from_millis(2),
+                Duration::from_micros(200),
+                Duration::from_millis(50),
+            )
+            .unwrap(),
+        )
+        .build()
+        .unwrap();
+    let out = client.fan_in_read(&Stripe::new(frags).unwrap(), &policy).await.unwrap();
+    assert!(out.block == expected(&lens));
+    assert_eq!(out.report.fragments[2].server, Some(ServerId(4)));
+    assert!(out.report.fragments[2].hedges >= 1);
+    assert!(
+        out.report.elapsed < Duration::from_millis(200),
+        "{:?}",
+        out.report.elapsed
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_and_oversized_frames_get_a_typed_error_and_the_server_keeps_serving() {
+    let lens = vec![10_000; 2];
+    let c = cluster(&lens, &[], ClientConfig::default()).await;
+    let addr = c.servers[0].local_addr();
+    let bad_inputs: Vec<Vec<u8>> = vec![
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(),
+        Header {
+            kind: Kind::Data,
+            flags: 0,
+            len: 1 << 20,
+            id: 1,
+        }
+        .encode()
+        .to_vec(),
+        {
+            // A request header claiming a 4 GiB payload: refused from the header alone.
+            let mut h = Header {
+                kind: Kind::Request,
+                flags: 0,
+                len: 18,
+                id: 1,
+            }
+            .encode();
+            h[4..8].copy_from_slice(&u32::MAX.to_be_bytes());
+            h.to_vec()
+        },
+        {
+            let mut b = Vec::new();
+            Frame::Request {
+                id: 1,
+                key: "blk".into(),
+                offset: u64::MAX - 1,
+                len: 10,
+            }
+            .encode(&mut b);
+            b
+        },
+    ];
+    for bad in bad_inputs {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(&bad).await.unwrap();
+        let mut got = Vec::new();
+        tokio::time::timeout(Duration::from_secs(2), s.read_to_end(&mut got))
+            .await
+            .unwrap()
+            .unwrap();
+        match decode(&got) {
+            Ok(Some((
+                Frame::Error {
+                    id: 0,
+                    code: ErrorCode::BadRequest,
+                    message,
+                },
+                _,
+            ))) => assert!(!message.is_empty()),
+            other => panic!("expected a connection error frame, got {other:?} for {bad:?}"),
+        }
+    }
+    // A request larger than the server allows, and a missing key: error frames, connection kept.
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let mut b = Vec::new();
+    Frame::Request {
+        id: 1,
+        key: "blk".into(),
+        offset: 0,
+        len: 1 << 30,
+    }
+    .encode(&mut b);
+    Frame::Request {
+        id: 2,
+        key: "nope".into(),
+        offset: 0,
+        len: 1,
+    }
+    .encode(&mut b);
+    Frame::Request {
+        id: 3,
+        key: "blk".into(),
+        offset: 0,
+        len: 4,
+    }
+    .encode(&mut b);
+    s.write_all(&b).await.unwrap();
+    let mut buf = vec![0u8; 4096];
+    let mut got = Vec::new();
+    let mut frames = Vec::new();
+    while frames.len() < 4 {
+        let n = tokio::time::timeout(Duration::from_secs(2), s.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(n > 0, "connection closed early: {frames:?}");
+        got.extend_from_slice(&buf[..n]);
+        while let Some((f, used)) = decode(&got).unwrap() {
+            frames.push(f);
+            got.drain(..used);
+        }
+    }
+    assert!(
+        matches!(
+            &frames[0],
+            Frame::Error {
+                id: 1,
+                code: ErrorCode::BadRequest,
+                ..
+            }
+        ),
+        "{:?}",
+        frames[0]
+    );
+    assert!(
+        matches!(
+            &frames[1],
+            Frame::Error {
+                id: 2,
+                code: ErrorCode::NotFound,
+                ..
+            }
+        ),
+        "{:?}",
+        frames[1]
+    );
+    assert_eq!(
+        frames[2],
+        Frame::Data {
+            id: 3,
+            payload: Bytes::from(object(0, 4))
+        }
+    );
+    assert!(matches!(
+        frames[3],
+        Frame::End {
+            id: 3,
+            crc32c: Some(_),
+            ..
+        }
+    ));
+    // Real reads still work.
+    let out = c
+        .client
+        .fan_in_read(&stripe_of(&lens), &Policy::default())
+        .await
+        .unwrap();
+    assert!(out.block == expected(&lens));
+    assert_eq!(
+        c.servers[0]
+            .stats()
+            .protocol_errors
+            .load(std::sync::atomic::Ordering::Relaxed),
+        4
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_read_leaves_the_client_correct() {
+    let lens = vec![512 * 1024; 8];
+    let c = cluster(&lens, &[(5, Duration::from_millis(50))], ClientConfig::default()).await;
+    let stripe = stripe_of(&lens);
+    for _ in 0..3 {
+        // Dropped mid-read: the slow server has not answered yet.
+        let r = tokio::time::timeout(
+            Duration::from_millis(10),
+            c.client.fan_in_read(&stripe, &Policy::default()),
+        )
+        .await;
+        assert!(r.is_err(), "the read should still have been running");
+    }
+    let out = c.client.fan_in_read(&stripe, &Policy::default()).await.unwrap();
+    assert!(out.block == expected(&lens));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_objects_and_unknown_servers_are_typed_errors() {
+    let lens = vec![1000; 3];
+    let c = cluster(&lens, &[], ClientConfig::default()).await;
+    let stripe = Stripe::new(vec![
+        Fragment::new(ServerId(0), "blk", 0, 1000),
+        Fragment::new(ServerId(1), "missing", 0, 1000),
+    ])
+    .unwrap();
+    match c.client.fan_in_read(&stripe, &Policy::default()).await {
+        Err(FanInError::Failed {
+            source: ReadError::ServerFailed {
+                server: ServerId(1), ..
+            },
+            cause,
+        }) => {
+            assert!(cause.contains("NotFound"), "{cause}")
+        }
+        other => panic!("{other:?}"),
+    }
+    let beyond = Stripe::new(vec![Fragment::new(ServerId(0), "blk", 500, 1000)]).unwrap();
+    assert!(matches!(
+        c.client.fan_in_read(&beyond, &Policy::default()).await,
+        Err(FanInError::Failed { .. })
+    ));
+    let stranger = Stripe::new(vec![Fragment::new(ServerId(9), "blk", 0, 1)]).unwrap();
+    assert!(matches!(
+        c.client.fan_in_read(&stranger, &Policy::default()).await,
+        Err(FanInError::UnknownServer { server: ServerId(9) })
+    ));
+    let small = Client::with_config(
+        [(ServerId(0), c.servers[0].local_addr())],
+        ClientConfig::builder().max_block_bytes(100).build().unwrap(),
+    );
+    assert!(matches!(
+        small.fan_in_read(&stripe_of(&[1000]), &Policy::default()).await,
+        Err(FanInError::BlockTooLarge { len: 1000, max: 100 })
+    ));
+}
+
+#[tokio::test]
+async fn header_len_constant_matches() {
+    assert_eq!(HEADER_LEN, 16);
+}
