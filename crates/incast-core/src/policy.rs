@@ -20,7 +20,9 @@
 //! - **Stagger**: spaces the first request to each new sender so their slow starts do not
 //!   coincide (chen-2012 §2.3: the onset is where slow-start windows overflow the buffer).
 //! - **Window cap**: a receive-window cap per socket (TCP_WINDOW_CLAMP / SO_RCVBUF) bounds what
-//!   one sender can burst regardless of its congestion window.
+//!   one sender can burst regardless of its congestion window. Derived, it is B: the budget
+//!   already bounds the bytes requested, so the cap only stops a sender from bursting more
+//!   than the receiver asked for; smaller caps make grants wait for (delayed) ACKs.
 //! - **Hedging**: after the application-level RTO (microseconds, see [`crate::rtt`]) a stalled
 //!   request is re-issued on another connection or a replica. A hedge budget caps the extra
 //!   bytes per read, so a partial outage cannot turn every read into a hedge storm.
@@ -117,7 +119,10 @@ pub enum WindowCap {
         /// The cap in bytes.
         bytes: u32,
     },
-    /// `B / K`, clamped to `[MIN_WINDOW_CAP, MAX_WINDOW_CAP]`: each sender's share of the budget.
+    /// B, clamped to `[MIN_WINDOW_CAP, MAX_WINDOW_CAP]`: one sender may use the whole budget
+    /// (pipelined grants, started fragments first) and no more. A cap below the grant size
+    /// would make every grant wait for ACKs, and for delayed ACKs: on loopback a B / K cap of
+    /// 8 KiB under 16 KiB grants cut throughput to a third.
     Derived,
 }
 
@@ -198,7 +203,7 @@ pub enum PolicyError {
 ///     .grant_size(GrantSize::Chunk { bytes: 32 * 1024 })
 ///     .build()?;
 /// assert_eq!(p.max_senders(), 16);
-/// assert_eq!(p.window_cap_bytes(), Some(8 * 1024)); // derived: B / K
+/// assert_eq!(p.window_cap_bytes(), Some(128 * 1024)); // derived: B
 ///
 /// let err = Policy::builder().max_senders(0).build().unwrap_err();
 /// assert!(matches!(err, PolicyError::OutOfRange { field: "max_senders", .. }));
@@ -281,10 +286,10 @@ impl Policy {
         match self.window_cap {
             WindowCap::Off => None,
             WindowCap::Fixed { bytes } => Some(bytes),
-            WindowCap::Derived => {
-                let share = self.inflight_budget / u64::from(self.max_senders);
-                Some(share.clamp(u64::from(MIN_WINDOW_CAP), u64::from(MAX_WINDOW_CAP)) as u32)
-            }
+            WindowCap::Derived => Some(
+                self.inflight_budget
+                    .clamp(u64::from(MIN_WINDOW_CAP), u64::from(MAX_WINDOW_CAP)) as u32,
+            ),
         }
     }
     /// Hedging.
@@ -538,7 +543,7 @@ mod tests {
         assert_eq!(p.inflight_budget(), DEFAULT_INFLIGHT_BUDGET);
         assert_eq!(p.grant_size(), GrantSize::Chunk { bytes: DEFAULT_CHUNK });
         assert_eq!(p.pipeline_depth(), DEFAULT_PIPELINE_DEPTH);
-        assert_eq!(p.window_cap_bytes(), Some((DEFAULT_INFLIGHT_BUDGET / 8) as u32));
+        assert_eq!(p.window_cap_bytes(), Some(DEFAULT_INFLIGHT_BUDGET as u32));
         assert_eq!(p.hedge_budget(1 << 20), DEFAULT_HEDGE_MIN_BYTES);
         assert_eq!(p.hedge_budget(100 << 20), 5 << 20);
         let n = Policy::naive();

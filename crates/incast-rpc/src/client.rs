@@ -461,7 +461,12 @@ impl Driver<'_> {
             if self.sched.is_finished() {
                 break;
             }
-            timer.set(self.sched.poll_timeout()).map_err(FanInError::Timer)?;
+            // Re-arm only when the deadline moves earlier (or the timer is idle): a timer that
+            // fires early costs one spurious wake-up, a syscall per event costs more.
+            let next = self.sched.poll_timeout();
+            if timer.deadline().is_none_or(|armed| next.is_some_and(|n| n < armed)) {
+                timer.set(next).map_err(FanInError::Timer)?;
+            }
             tokio::select! {
                 Some(i) = self.readable.next() => {
                     self.conns[i].waiting = false;

@@ -205,8 +205,8 @@ pub struct ServerStats {
     pub tuning_refusals: AtomicU64,
 }
 
-/// A running server. Dropping the handle leaves the server running until the runtime ends;
-/// call [`ServerHandle::shutdown`] or [`ServerHandle::abort`].
+/// A running server. Dropping the handle detaches the server: it keeps serving until the
+/// runtime ends. Call [`ServerHandle::shutdown`] or [`ServerHandle::abort`] to stop it.
 #[derive(Debug)]
 pub struct ServerHandle {
     addr: SocketAddr,
@@ -285,9 +285,15 @@ struct Ctx<S> {
 async fn accept_loop<S: FragmentStore>(listener: TcpListener, ctx: Arc<Ctx<S>>, mut shutdown: watch::Receiver<bool>) {
     let limit = Arc::new(Semaphore::new(ctx.cfg.max_connections));
     let mut conns = JoinSet::new();
+    let mut detached = false;
     loop {
         tokio::select! {
-            _ = shutdown.changed() => break,
+            changed = shutdown.changed(), if !detached => match changed {
+                Ok(()) if *shutdown.borrow() => break,
+                Ok(()) => {}
+                // The handle was dropped without a shutdown: keep serving.
+                Err(_) => detached = true,
+            },
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
             accepted = listener.accept() => {
                 let Ok((stream, _peer)) = accepted else { continue };
@@ -373,13 +379,28 @@ async fn read_requests(
 ) {
     let mut head = [0u8; HEADER_LEN];
     let mut payload = vec![0u8; MAX_CONTROL_PAYLOAD as usize];
+    let mut detached = false;
     loop {
-        let read = tokio::select! {
-            r = rd.read_exact(&mut head) => r,
-            _ = shutdown.changed() => return,
-        };
-        if read.is_err() {
-            return;
+        // `read` is cancel-safe (`read_exact` is not): a shutdown signal arriving mid-header
+        // must not lose the bytes already read.
+        let mut have = 0;
+        while have < HEADER_LEN {
+            let n = tokio::select! {
+                r = rd.read(&mut head[have..]) => r,
+                changed = shutdown.changed(), if !detached => {
+                    match changed {
+                        Ok(()) if *shutdown.borrow() => return,
+                        Ok(()) => {}
+                        // The handle was dropped without a shutdown: keep serving.
+                        Err(_) => detached = true,
+                    }
+                    continue;
+                }
+            };
+            match n {
+                Ok(0) | Err(_) => return,
+                Ok(n) => have += n,
+            }
         }
         let h = match Header::decode(&head) {
             Ok(h) if matches!(h.kind, Kind::Request | Kind::Cancel) => h,

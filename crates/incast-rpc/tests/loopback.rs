@@ -457,7 +457,24 @@ async fn missing_objects_and_unknown_servers_are_typed_errors() {
     ));
 }
 
-#[tokio::test]
-async fn header_len_constant_matches() {
-    assert_eq!(HEADER_LEN, 16);
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_handle_detaches_and_shutdown_stops_the_server() {
+    let lens = vec![1000; 2];
+    let mut c = cluster(&lens, &[], ClientConfig::default()).await;
+    let first = c.servers.remove(0);
+    let addr = first.local_addr();
+    drop(first);
+    let out = c
+        .client
+        .fan_in_read(&stripe_of(&lens), &Policy::default())
+        .await
+        .unwrap();
+    assert!(out.block == expected(&lens));
+    // An explicit shutdown closes the listener.
+    let second = c.servers.remove(0);
+    let addr2 = second.local_addr();
+    second.shutdown().await;
+    assert!(TcpStream::connect(addr2).await.is_err());
+    assert!(TcpStream::connect(addr).await.is_ok());
+    let _ = HEADER_LEN;
 }
