@@ -10,8 +10,10 @@
 //!
 //! - everything of [`incast_core`] at the top level (stripe, policy, scheduler, RTT
 //!   estimator) and its [`model`];
-//! - [`rpc`], the transports. **Not implemented yet**: today the library is the sans-IO core,
-//!   which a transport of your own can drive (see [`Scheduler`]).
+//! - [`rpc`], the TCP transport (Linux): the fragment server ([`rpc::serve`]) and the pooled
+//!   client with [`rpc::Client::fan_in_read`]. QUIC is not implemented yet.
+//!
+//! A transport of your own can also drive the sans-IO [`Scheduler`] directly.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
