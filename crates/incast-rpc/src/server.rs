@@ -40,6 +40,8 @@ pub const DEFAULT_MAX_OUTSTANDING: usize = 64;
 pub const DEFAULT_MAX_REQUEST_BYTES: u64 = 64 << 20;
 /// Default data frame size (256 KiB).
 pub const DEFAULT_DATA_FRAME_BYTES: u32 = 256 << 10;
+/// Default time the rest of a frame may take once its first byte arrived (10 s).
+pub const DEFAULT_FRAME_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default time `shutdown` lets running requests finish (5 s).
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
@@ -69,6 +71,7 @@ pub struct ServerConfig {
     checksums: bool,
     tuning: SocketTuning,
     shutdown_grace: Duration,
+    frame_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -117,6 +120,7 @@ impl Default for ServerConfigBuilder {
                 checksums: true,
                 tuning: SocketTuning::server(),
                 shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+                frame_timeout: DEFAULT_FRAME_TIMEOUT,
             },
         }
     }
@@ -159,6 +163,13 @@ impl ServerConfigBuilder {
         self.cfg.shutdown_grace = d;
         self
     }
+    /// How long the rest of a frame may take once its first byte has arrived; a peer that
+    /// stalls mid-frame is disconnected. (An idle connection between frames is kept.)
+    /// Default [`DEFAULT_FRAME_TIMEOUT`]; range 1 ms ..= 1 hour.
+    pub fn frame_timeout(mut self, d: Duration) -> Self {
+        self.cfg.frame_timeout = d;
+        self
+    }
     /// Checks every field.
     pub fn build(self) -> Result<ServerConfig, ServerConfigError> {
         let c = &self.cfg;
@@ -180,6 +191,8 @@ impl ServerConfigBuilder {
             "1..=2^20",
         )?;
         check("shutdown_grace", c.shutdown_grace.as_secs(), 0, 3600, "0..=3600 s")?;
+        let frame_ms = c.frame_timeout.as_millis().min(u128::from(u64::MAX)) as u64;
+        check("frame_timeout", frame_ms, 1, 3_600_000, "1 ms..=1 h")?;
         Ok(self.cfg)
     }
 }
@@ -364,7 +377,7 @@ async fn connection<S: FragmentStore>(stream: TcpStream, ctx: Arc<Ctx<S>>, shutd
     let (rd, wr) = stream.into_split();
     let pending = Arc::new(Mutex::new(Pending::default()));
     let (tx, rx) = mpsc::channel(ctx.cfg.max_outstanding);
-    let reader = read_requests(rd, tx, pending.clone(), ctx.cfg.max_request_bytes, shutdown);
+    let reader = read_requests(rd, tx, pending.clone(), &ctx.cfg, shutdown);
     let writer = write_responses(wr, rx, pending, &ctx);
     tokio::join!(reader, writer);
 }
@@ -374,9 +387,10 @@ async fn read_requests(
     mut rd: tokio::net::tcp::OwnedReadHalf,
     tx: mpsc::Sender<Item>,
     pending: Arc<Mutex<Pending>>,
-    max_request: u64,
+    cfg: &ServerConfig,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let (max_request, frame_timeout) = (cfg.max_request_bytes, cfg.frame_timeout);
     let mut head = [0u8; HEADER_LEN];
     let mut payload = vec![0u8; MAX_CONTROL_PAYLOAD as usize];
     let mut detached = false;
@@ -384,9 +398,12 @@ async fn read_requests(
         // `read` is cancel-safe (`read_exact` is not): a shutdown signal arriving mid-header
         // must not lose the bytes already read.
         let mut have = 0;
+        // Waiting for a new frame may take forever; the rest of a started one may not.
+        let mut frame_deadline = tokio::time::Instant::now();
         while have < HEADER_LEN {
             let n = tokio::select! {
                 r = rd.read(&mut head[have..]) => r,
+                _ = tokio::time::sleep_until(frame_deadline), if have > 0 => return,
                 changed = shutdown.changed(), if !detached => {
                     match changed {
                         Ok(()) if *shutdown.borrow() => return,
@@ -399,7 +416,12 @@ async fn read_requests(
             };
             match n {
                 Ok(0) | Err(_) => return,
-                Ok(n) => have += n,
+                Ok(n) => {
+                    if have == 0 {
+                        frame_deadline = tokio::time::Instant::now() + frame_timeout;
+                    }
+                    have += n;
+                }
             }
         }
         let h = match Header::decode(&head) {
@@ -415,8 +437,9 @@ async fn read_requests(
         };
         // Bounded by Header::decode: requests and cancels are control frames.
         let body = &mut payload[..h.len as usize];
-        if rd.read_exact(body).await.is_err() {
-            return;
+        match tokio::time::timeout_at(frame_deadline, rd.read_exact(body)).await {
+            Ok(Ok(_)) => {}
+            _ => return,
         }
         let item = match Frame::decode_payload(&h, Bytes::copy_from_slice(body)) {
             Err(e) => Item::Fatal(e),

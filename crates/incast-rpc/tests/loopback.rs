@@ -478,3 +478,127 @@ async fn a_dropped_handle_detaches_and_shutdown_stops_the_server() {
     assert!(TcpStream::connect(addr).await.is_ok());
     let _ = HEADER_LEN;
 }
+
+/// A fake server that answers every request after `delay` with `len` bytes of `fill`, and
+/// ignores cancels: it plays a stalled connection whose bytes arrive after the hedge.
+async fn fake_server(delay: Duration, fill: u8) -> std::net::SocketAddr {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                let mut buf = vec![0u8; 4096];
+                loop {
+                    while let Ok(Some((f, used))) = decode(&got) {
+                        got.drain(..used);
+                        if let Frame::Request { id, len, .. } = f {
+                            tokio::time::sleep(delay).await;
+                            let mut out = Vec::new();
+                            Frame::Data {
+                                id,
+                                payload: Bytes::from(vec![fill; len as usize]),
+                            }
+                            .encode(&mut out);
+                            Frame::End {
+                                id,
+                                crc32c: None,
+                                counters: None,
+                                cancelled: false,
+                            }
+                            .encode(&mut out);
+                            if s.write_all(&out).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_bytes_of_a_hedged_request_are_drained_and_never_reach_the_block() {
+    // Fragment 0: primary server 0 answers after 60 ms with 0xEE (late, and wrong so that a
+    // leak shows), replica server 1 after 20 ms with 0x11. Fragment 1 (server 2) answers
+    // after 100 ms and is too large for the hedge budget, so it keeps the read open while
+    // the stalled primary's bytes arrive, after fragment 0 was already confirmed.
+    let primary = fake_server(Duration::from_millis(60), 0xEE).await;
+    let replica = fake_server(Duration::from_millis(20), 0x11).await;
+    let other = fake_server(Duration::from_millis(100), 0x22).await;
+    let client = Client::new([(ServerId(0), primary), (ServerId(1), replica), (ServerId(2), other)]);
+    let stripe = Stripe::new(vec![
+        Fragment::new(ServerId(0), "k", 0, 20_000).with_replicas([ServerId(1)]),
+        Fragment::new(ServerId(2), "k", 0, 30_000),
+    ])
+    .unwrap();
+    let policy = Policy::builder()
+        .rto(
+            RtoBounds::new(
+                Duration::from_millis(5),
+                Duration::from_millis(1),
+                Duration::from_secs(1),
+            )
+            .unwrap(),
+        )
+        .grant_size(GrantSize::Whole)
+        // Room for one hedge of fragment 0, none of fragment 1.
+        .hedging(Hedging::AfterRto {
+            budget_fraction: 0.0,
+            min_budget_bytes: 20_000,
+        })
+        .build()
+        .unwrap();
+    let out = client.fan_in_read(&stripe, &policy).await.unwrap();
+    assert!(
+        out.block[..20_000].iter().all(|&b| b == 0x11),
+        "late bytes of the cancelled request reached the block"
+    );
+    assert!(out.block[20_000..].iter().all(|&b| b == 0x22));
+    assert_eq!(out.report.drained_bytes, 20_000, "{:?}", out.report);
+    assert_eq!(out.report.fragments[0].server, Some(ServerId(1)));
+    assert_eq!(out.report.fragments[0].hedges, 1);
+    assert!(
+        out.report.fragments[0].done < Some(Duration::from_millis(60)),
+        "{:?}",
+        out.report.fragments[0]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_stalling_mid_frame_is_disconnected_and_others_are_served() {
+    let store = MemStore::new();
+    store.insert("blk", object(0, 1000));
+    let cfg = ServerConfig::builder()
+        .frame_timeout(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let server = serve("127.0.0.1:0".parse().unwrap(), store, cfg).await.unwrap();
+    let mut stalled = TcpStream::connect(server.local_addr()).await.unwrap();
+    let mut req = Vec::new();
+    Frame::Request {
+        id: 1,
+        key: "blk".into(),
+        offset: 0,
+        len: 10,
+    }
+    .encode(&mut req);
+    stalled.write_all(&req[..5]).await.unwrap(); // half a header, then nothing
+    let client = Client::new([(ServerId(0), server.local_addr())]);
+    let out = client
+        .fan_in_read(&stripe_of(&[1000]), &Policy::default())
+        .await
+        .unwrap();
+    assert!(out.block == object(0, 1000));
+    let mut rest = Vec::new();
+    let t = Instant::now();
+    let closed = tokio::time::timeout(Duration::from_secs(2), stalled.read_to_end(&mut rest)).await;
+    assert!(closed.is_ok(), "the stalled connection was never closed");
+    assert!(t.elapsed() < Duration::from_millis(1500));
+}
