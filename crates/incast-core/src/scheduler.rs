@@ -324,6 +324,8 @@ struct Frag {
     lane: Lane,
     /// Consecutive stalls without progress (the RTO backoff exponent).
     backoff: u32,
+    /// Bit `2 * route + lane`: that connection stalled on this fragment.
+    stalled: u32,
     in_ready: bool,
     in_urgent: bool,
 }
@@ -474,6 +476,7 @@ impl Scheduler {
                 failed_routes: 0,
                 lane: Lane::Primary,
                 backoff: 0,
+                stalled: 0,
                 in_ready: false,
                 in_urgent: false,
             });
@@ -1123,22 +1126,31 @@ impl Scheduler {
             lane: live.lane,
         });
         self.stats.hedged_bytes += len;
-        let frag = &self.frags[f];
+        self.frags[f].stalled |= stall_bit(live.route, live.lane);
         // Move the fragment off the connection that stalled (once, not once per stalled
-        // grant behind it): to a replica that K admits, else the other lane of the server.
+        // grant behind it): to a connection that has not stalled on it, a replica first (if
+        // K admits it), then the other lane of the same server. When every connection has
+        // stalled, forget the old stalls and just switch lanes.
+        let frag = &self.frags[f];
         if (live.route, live.lane) == (frag.route, frag.lane) {
             let cur = frag.route;
-            let replica = next_route(frag, |r| {
+            let admits = |r: u8| {
                 let s = self.routes[(frag.routes_start + u32::from(r)) as usize];
-                r != cur && (self.server_live[s as usize] > 0 || self.live_servers < self.max_senders)
-            });
+                r == cur || self.server_live[s as usize] > 0 || self.live_servers < self.max_senders
+            };
+            let fresh = |r: u8, l: Lane| frag.stalled & stall_bit(r, l) == 0;
+            let pick = (1..=frag.routes_len)
+                .map(|k| (cur + k) % frag.routes_len)
+                .filter(|&r| frag.failed_routes & (1 << r) == 0 && admits(r))
+                .flat_map(|r| [(r, Lane::Primary), (r, Lane::Spare)])
+                .find(|&(r, l)| fresh(r, l));
             let frag = &mut self.frags[f];
-            match replica {
-                Some(r) => {
-                    frag.route = r;
-                    frag.lane = Lane::Primary;
+            match pick {
+                Some((r, l)) => (frag.route, frag.lane) = (r, l),
+                None => {
+                    frag.stalled = stall_bit(live.route, live.lane);
+                    frag.lane = frag.lane.other();
                 }
-                None => frag.lane = frag.lane.other(),
             }
         }
         self.frags[f].holes.push(Hole {
@@ -1231,6 +1243,10 @@ impl Scheduler {
         let step = (u128::from(self.max_grant) * u128::from(len) / u128::from(self.budget_eff)).max(1);
         self.budget_eff = (u128::from(self.budget_eff) + step).min(u128::from(self.budget)) as u64;
     }
+}
+
+fn stall_bit(route: u8, lane: Lane) -> u32 {
+    1 << (2 * u32::from(route) + u32::from(lane == Lane::Spare))
 }
 
 /// The first route after the current one (cyclically, current last) that has not failed and
@@ -1405,6 +1421,26 @@ mod tests {
         s.handle_timeout(due);
         let h = requests(&mut s, due).pop().unwrap();
         assert_eq!((h.server, h.lane), (ServerId(9), Lane::Primary));
+    }
+
+    #[test]
+    fn repeated_hedges_avoid_connections_that_stalled() {
+        let stripe = Stripe::new(vec![
+            Fragment::new(ServerId(0), "k", 0, 100).with_replicas([ServerId(9)])
+        ])
+        .unwrap();
+        let mut s = Scheduler::new(&stripe, &Policy::default(), 7);
+        let mut now = Instant::now();
+        let mut seen = vec![];
+        for _ in 0..5 {
+            let g = requests(&mut s, now).pop().unwrap();
+            seen.push((g.server.0, g.lane));
+            now = s.poll_timeout().unwrap();
+            s.handle_timeout(now);
+        }
+        // Every (server, lane) once before any repeats, the other server first each time.
+        let (p, sp) = (Lane::Primary, Lane::Spare);
+        assert_eq!(&seen[..4], &[(0, p), (9, p), (0, sp), (9, sp)]);
     }
 
     #[test]
