@@ -560,26 +560,21 @@ async fn respond<S: FragmentStore>(
     }
     let data = match ctx.store.read(key, offset, len).await {
         Ok(d) if d.len() as u64 == len => d,
-        Ok(d) => {
-            let message = format!("store returned {} of {len} bytes of `{key}`", d.len());
-            ctx.stats.request_errors.fetch_add(1, Ordering::Relaxed);
-            return send(
-                wr,
-                buf,
-                Frame::Error {
-                    id,
-                    code: ErrorCode::Internal,
-                    message: truncate(message),
-                },
-            )
-            .await;
-        }
-        Err(e) => {
-            let code = match &e {
-                StoreError::NotFound { .. } => ErrorCode::NotFound,
-                StoreError::OutOfRange { .. } => ErrorCode::OutOfRange,
-                StoreError::BadKey { .. } => ErrorCode::BadRequest,
-                _ => ErrorCode::Internal,
+        other => {
+            let (code, message) = match other {
+                Ok(d) => (
+                    ErrorCode::Internal,
+                    format!("store returned {} of {len} bytes of `{key}`", d.len()),
+                ),
+                Err(e) => {
+                    let code = match &e {
+                        StoreError::NotFound { .. } => ErrorCode::NotFound,
+                        StoreError::OutOfRange { .. } => ErrorCode::OutOfRange,
+                        StoreError::BadKey { .. } => ErrorCode::BadRequest,
+                        _ => ErrorCode::Internal,
+                    };
+                    (code, e.to_string())
+                }
             };
             ctx.stats.request_errors.fetch_add(1, Ordering::Relaxed);
             return send(
@@ -588,7 +583,7 @@ async fn respond<S: FragmentStore>(
                 Frame::Error {
                     id,
                     code,
-                    message: truncate(e.to_string()),
+                    message: truncate(message),
                 },
             )
             .await;
