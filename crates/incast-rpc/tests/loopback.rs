@@ -72,6 +72,11 @@ async fn cluster(lens: &[usize], gates: &[(u32, Duration)], cfg: ClientConfig) -
     }
 }
 
+/// RTO bounds (initial, min, max) for tests that want hedges to fire fast.
+fn rto(initial: Duration, min: Duration, max: Duration) -> RtoBounds {
+    RtoBounds::new(initial, min, max).unwrap()
+}
+
 fn stripe_of(lens: &[usize]) -> Stripe {
     Stripe::new(
         lens.iter()
@@ -232,14 +237,11 @@ async fn a_hung_server_times_out_naming_it_and_a_replica_rescues_the_read() {
     // default budget (64 KiB here) can be spent before the hung server's grants are hedged.
     // Then they would wait for the deadline: the budget is a storm limit, by design.
     let policy = Policy::builder()
-        .rto(
-            RtoBounds::new(
-                Duration::from_millis(2),
-                Duration::from_micros(200),
-                Duration::from_millis(50),
-            )
-            .unwrap(),
-        )
+        .rto(rto(
+            Duration::from_millis(2),
+            Duration::from_micros(200),
+            Duration::from_millis(50),
+        ))
         .hedging(Hedging::AfterRto {
             budget_fraction: 1.0,
             min_budget_bytes: 0,
@@ -547,14 +549,11 @@ async fn late_bytes_of_a_hedged_request_are_drained_and_never_reach_the_block() 
     ])
     .unwrap();
     let policy = Policy::builder()
-        .rto(
-            RtoBounds::new(
-                Duration::from_millis(5),
-                Duration::from_millis(1),
-                Duration::from_secs(1),
-            )
-            .unwrap(),
-        )
+        .rto(rto(
+            Duration::from_millis(5),
+            Duration::from_millis(1),
+            Duration::from_secs(1),
+        ))
         .grant_size(GrantSize::Whole)
         // Room for one hedge of fragment 0, none of fragment 1.
         .hedging(Hedging::AfterRto {
