@@ -39,7 +39,7 @@ use tokio::net::{TcpSocket, TcpStream};
 
 use crate::timer::HrTimer;
 use crate::tune::{rearm_quickack, SocketTuning, TuningReport};
-use crate::wire::{Frame, Header, Kind, TcpCounters, WireError, HEADER_LEN};
+use crate::wire::{self, Frame, Header, Kind, TcpCounters, WireError, HEADER_LEN};
 
 /// Default deadline of one read (10 s).
 pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -514,14 +514,8 @@ impl Driver<'_> {
                     let c = &mut self.conns[i];
                     let req = c.next_req;
                     c.next_req += 1;
-                    let key = self.stripe.fragment(g.fragment).key().to_owned();
-                    Frame::Request {
-                        id: req,
-                        key,
-                        offset: g.object_offset,
-                        len: g.len,
-                    }
-                    .encode(&mut c.out);
+                    let key = self.stripe.fragment(g.fragment).key();
+                    wire::encode_request(&mut c.out, req, key, g.object_offset, g.len);
                     c.inflight.push_back(Inflight {
                         req,
                         grant: Some(g.id),
@@ -753,11 +747,8 @@ impl Driver<'_> {
             Rx::Control { header, buf } => {
                 Frame::decode_payload(&header, buf.into()).map_err(|e| format!("{server}: {e}"))?
             }
-            Rx::Data { .. } => return Ok(()),
-            Rx::Header { buf, .. } => {
-                let h = Header::decode(&buf).map_err(|e| format!("{server}: {e}"))?;
-                Frame::decode_payload(&h, bytes::Bytes::new()).map_err(|e| format!("{server}: {e}"))?
-            }
+            // An empty data frame; End and Error frames always have a payload.
+            Rx::Data { .. } | Rx::Header { .. } => return Ok(()),
         };
         match frame {
             Frame::Error { id: 0, code, message } => {

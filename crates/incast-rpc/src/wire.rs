@@ -344,16 +344,13 @@ impl Frame {
     /// Appends the encoded frame to `out`. Panics only on values that [`Frame::check`]
     /// rejects (keys or payloads over their bound): call it first for untrusted values.
     pub fn encode(&self, out: &mut Vec<u8>) {
+        if let Frame::Request { id, key, offset, len } = self {
+            return encode_request(out, *id, key, *offset, *len);
+        }
         let start = out.len();
         out.extend_from_slice(&[0; HEADER_LEN]);
         let (kind, flags) = match self {
-            Frame::Request { key, offset, len, .. } => {
-                out.put_u64(*offset);
-                out.put_u64(*len);
-                out.put_u16(key.len() as u16);
-                out.extend_from_slice(key.as_bytes());
-                (Kind::Request, 0)
-            }
+            Frame::Request { .. } => unreachable!("encoded above"),
             Frame::Cancel { .. } => (Kind::Cancel, 0),
             Frame::Data { payload, .. } => {
                 out.extend_from_slice(payload);
@@ -495,6 +492,23 @@ impl Frame {
             }
         })
     }
+}
+
+/// Appends a `Request` frame from a borrowed key, without building a [`Frame`]: the client
+/// sends one per grant and the key is the stripe's. Same bounds as [`Frame::encode`] (a key
+/// of at most [`MAX_KEY_LEN`] bytes).
+pub fn encode_request(out: &mut Vec<u8>, id: u64, key: &str, offset: u64, len: u64) {
+    let header = Header {
+        kind: Kind::Request,
+        flags: 0,
+        len: (REQUEST_FIXED + key.len()) as u32,
+        id,
+    };
+    out.extend_from_slice(&header.encode());
+    out.put_u64(offset);
+    out.put_u64(len);
+    out.put_u16(key.len() as u16);
+    out.extend_from_slice(key.as_bytes());
 }
 
 /// Decodes one frame from the front of `buf`: `Ok(None)` if more bytes are needed, else the
