@@ -1,27 +1,45 @@
-//! `incast-bench`: the benchmark tool of incast.
+//! `incast-bench`: reproduce TCP incast and measure how fan-in read strategies avoid it.
 //!
-//! Today it has one command, `model`, which prints chen-2012's predicted onset and goodput
-//! curve and the policy the model recommends. `serve`, `read`, `sweep`, `testbed` and `demo`
-//! are not implemented yet (they need the TCP transport); they are not listed rather than
-//! pretending to work.
+//! `serve` runs pattern servers on storage hosts; `read` and `sweep` measure strategies side
+//! by side against them, or against an emulated shallow-buffered switch built on this
+//! machine (`--testbed`, Linux, root or `unshare -rn`); `testbed up|down|status` manages that
+//! switch for other tools; `demo` runs the whole comparison with one command; `model` prints
+//! chen-2012's predicted collapse.
 //!
-//! Run: `cargo run --release -p incast-bench -- model --help`
+//! Run: `cargo run --release -p incast-bench -- demo`
+#![deny(unsafe_code)]
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use incast_core::model::{self, ModelInput};
 
+mod netns;
+mod output;
+mod pattern;
+mod plot;
+mod run;
+mod servers;
+mod strategy;
+mod sweep;
+mod testbed;
 mod units;
 
+use run::Layout;
+use strategy::Strategy;
+use sweep::{Network, SweepSpec};
+use testbed::{Testbed, TestbedConfig, TestbedError};
 use units::{parse_bytes, parse_duration, parse_rate};
 
 #[derive(Parser, Debug)]
 #[command(
     name = "incast-bench",
     version,
-    about = "Benchmarks and models TCP incast for fan-in reads"
+    about = "Reproduces TCP incast and measures fan-in read strategies side by side"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -30,6 +48,42 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Serve synthetic (pattern) objects or files, on every storage host.
+    #[command(after_help = "Examples:\n  \
+        incast-bench serve --listen 0.0.0.0:7000\n  \
+        incast-bench serve --listen 198.18.0.2:7000 --count 64        # 64 servers, ports 7000-7063\n  \
+        incast-bench serve --listen [::]:7000 --store /srv/blocks --cc cubic")]
+    Serve(ServeArgs),
+    /// Read blocks from running servers with one strategy.
+    #[command(after_help = "Examples:\n  \
+        incast-bench read --servers 10.0.0.1:7000,10.0.0.2:7000 --sru 256KiB --blocks 100 --strategy default\n  \
+        incast-bench read --servers 10.0.0.1:7000,10.0.0.2:7000 --block 1MiB --strategy naive --json out.jsonl")]
+    Read(ReadArgs),
+    /// Many configurations and strategies side by side, on the testbed, loopback or hosts.
+    #[command(after_help = "Examples:\n  \
+        incast-bench sweep --testbed --senders 1,2,4,8,16,32,64 --sru 32KiB --strategies naive,default\n  \
+        incast-bench sweep --testbed --senders 8,16,32,64,128,256 --sru 32KiB,256KiB --block 1MiB \\\n      \
+        --strategies naive,capped,scheduled,chunked,hedged,default,rto-route --blocks 100 \\\n      \
+        --json sweep.jsonl --csv sweep.csv --plot sweep.svg\n  \
+        incast-bench sweep --servers 10.0.0.1:7000,10.0.0.2:7000 --senders 1,2 --block 1MiB\n  \
+        incast-bench sweep --loopback --senders 1,16,64 --block 1MiB --quiet")]
+    Sweep(SweepArgs),
+    /// The emulated switch on its own: pinned namespaces for other tools.
+    #[command(after_help = "Examples:\n  \
+        incast-bench testbed up --rate 1gbit --buffer 32KiB --cc cubic\n  \
+        ip netns exec incast-servers incast-bench serve --listen 198.18.0.2:7000 --count 16\n  \
+        ip netns exec incast-client incast-bench read --servers 198.18.0.2:7000 --block 1MiB\n  \
+        incast-bench testbed status\n  \
+        incast-bench testbed down")]
+    Testbed {
+        #[command(subcommand)]
+        action: TestbedAction,
+    },
+    /// The whole comparison in one command: naive against the library's default on the testbed.
+    #[command(after_help = "Examples:\n  \
+        incast-bench demo\n  \
+        incast-bench demo --plot demo.svg --json demo.jsonl")]
+    Demo(DemoArgs),
     /// Predicted onset and goodput of synchronized reads (chen-2012, equations 1-4), and the
     /// policy the model recommends for the port.
     #[command(after_help = "Examples:\n  \
@@ -37,6 +91,151 @@ enum Command {
         incast-bench model --rate 10gbit --rtt 20us --buffer 256KiB --sru 256KiB\n  \
         incast-bench model --json")]
     Model(ModelArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct ServeArgs {
+    /// Address of the first server.
+    #[arg(long)]
+    listen: SocketAddr,
+    /// `mem` for synthetic objects (any key, content checked by read/sweep), or a directory
+    /// whose files are the objects (keys are relative paths).
+    #[arg(long, default_value = "mem")]
+    store: String,
+    /// Servers to start, on consecutive ports from --listen.
+    #[arg(long, default_value_t = 1)]
+    count: u16,
+    /// Congestion control set on every server socket.
+    #[arg(long, default_value = "cubic")]
+    cc: String,
+    /// Stop after this long (default: run until killed).
+    #[arg(long, value_parser = parse_duration)]
+    duration: Option<Duration>,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+struct Common {
+    /// Fixed server request unit(s): each sender sends this many bytes; comma-separated.
+    #[arg(long, value_delimiter = ',', value_parser = parse_bytes)]
+    sru: Vec<u64>,
+    /// Fixed block size(s), split over the senders; comma-separated.
+    #[arg(long, value_delimiter = ',', value_parser = parse_bytes)]
+    block: Vec<u64>,
+    /// Measured blocks per configuration.
+    #[arg(long, default_value_t = 100)]
+    blocks: u32,
+    /// Warm-up blocks per configuration (not measured).
+    #[arg(long, default_value_t = 5)]
+    warmup: u32,
+    /// Stop a configuration after this long even if fewer blocks were read.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    max_time: Duration,
+    /// Deadline of one block.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    read_timeout: Duration,
+    /// Write JSON lines (a header object, then one object per result).
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write CSV.
+    #[arg(long)]
+    csv: Option<PathBuf>,
+    /// Write a goodput-vs-senders plot (.svg).
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+#[derive(clap::Args, Debug)]
+struct ReadArgs {
+    /// Server addresses (`incast-bench serve --store mem`), comma-separated; all are senders.
+    #[arg(long, value_delimiter = ',', required = true)]
+    servers: Vec<SocketAddr>,
+    /// Strategy.
+    #[arg(long, default_value = "default")]
+    strategy: Strategy,
+    /// Port buffer in front of the client, used by `capped` to size windows.
+    #[arg(long, default_value = "32KiB", value_parser = parse_bytes)]
+    buffer: u64,
+    /// Congestion control label for the outputs (set it on the servers with `serve --cc`).
+    #[arg(long, default_value = "cubic")]
+    cc: String,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(clap::Args, Debug)]
+struct SweepArgs {
+    /// Sender counts, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32,64")]
+    senders: Vec<usize>,
+    /// Strategies, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "naive,default")]
+    strategies: Vec<Strategy>,
+    /// Build the emulated switch and run there (Linux, root or `unshare -rn`).
+    #[arg(long, conflicts_with_all = ["servers", "loopback"])]
+    testbed: bool,
+    /// Start servers on loopback (no shallow buffer, so no incast: a smoke test).
+    #[arg(long, conflicts_with = "servers")]
+    loopback: bool,
+    /// Running servers (`incast-bench serve --store mem`), comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    servers: Vec<SocketAddr>,
+    #[command(flatten)]
+    link: LinkArgs,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+struct LinkArgs {
+    /// Testbed: rate of the client's switch port.
+    #[arg(long, default_value = "1gbit", value_parser = parse_rate)]
+    rate: u64,
+    /// Testbed: bytes the client's switch port can queue (with --servers: a hint for `capped`).
+    #[arg(long, default_value = "32KiB", value_parser = parse_bytes)]
+    buffer: u64,
+    /// Testbed: tbf token bucket.
+    #[arg(long, default_value = "16KiB", value_parser = parse_bytes)]
+    burst: u64,
+    /// Congestion control (testbed: set in the namespaces; always: on the servers' sockets).
+    #[arg(long, default_value = "cubic", value_parser = ["cubic", "reno", "bbr"])]
+    cc: String,
+}
+
+impl LinkArgs {
+    fn testbed(&self) -> TestbedConfig {
+        TestbedConfig {
+            rate_bps: self.rate,
+            buffer_bytes: self.buffer,
+            burst_bytes: self.burst,
+            cc: self.cc.clone(),
+        }
+    }
+}
+
+#[derive(Subcommand, Debug)]
+enum TestbedAction {
+    /// Build the switch and pin its namespaces (incast-client, incast-switch, incast-servers).
+    Up(LinkArgs),
+    /// Remove the pinned namespaces and every testbed interface.
+    Down,
+    /// Show the pinned namespaces, addresses and the shaped queue's counters.
+    Status,
+}
+
+#[derive(clap::Args, Debug)]
+struct DemoArgs {
+    /// Where to write the plot.
+    #[arg(long, default_value = "incast-demo.svg")]
+    plot: PathBuf,
+    /// Also write JSON lines.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long, short)]
+    quiet: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -121,10 +320,316 @@ fn run_model(a: &ModelArgs) -> Result<(), model::ModelError> {
     Ok(())
 }
 
+/// Any command's failure.
+#[derive(Debug, thiserror::Error)]
+enum CliError {
+    #[error(transparent)]
+    Model(#[from] model::ModelError),
+    #[error(transparent)]
+    Sweep(#[from] sweep::SweepError),
+    #[error(transparent)]
+    Testbed(#[from] TestbedError),
+    #[error(transparent)]
+    Write(#[from] output::WriteError),
+    #[error(transparent)]
+    Plot(#[from] plot::PlotError),
+    #[error("{0}")]
+    Usage(String),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+fn layouts(c: &Common) -> Result<Vec<Layout>, CliError> {
+    let mut v: Vec<Layout> = c.sru.iter().map(|s| Layout::Sru(*s)).collect();
+    v.extend(c.block.iter().map(|b| Layout::Block(*b)));
+    if v.is_empty() {
+        return Err(CliError::Usage("give --sru SIZE or --block SIZE (or both)".into()));
+    }
+    if let Some(z) = v.iter().find(|l| matches!(l, Layout::Sru(0) | Layout::Block(0))) {
+        return Err(CliError::Usage(format!("{z}: sizes must be at least one byte")));
+    }
+    Ok(v)
+}
+
+fn finish(
+    c: &Common,
+    network: &str,
+    testbed: Option<TestbedConfig>,
+    r: &sweep::SweepResult,
+    title: &str,
+) -> Result<(), CliError> {
+    let mut header = output::Header::new(network, testbed, c.blocks, c.warmup);
+    header.line_rate_mbps = r.line_rate_mbps;
+    if let Some(p) = &c.json {
+        output::write_json(p, &header, &r.results)?;
+        eprintln!("wrote {}", p.display());
+    }
+    if let Some(p) = &c.csv {
+        output::write_csv(p, &r.results)?;
+        eprintln!("wrote {}", p.display());
+    }
+    if let Some(p) = &c.plot {
+        plot::write(p, &r.results, title)?;
+        eprintln!("wrote {}", p.display());
+    }
+    Ok(())
+}
+
+fn run_sweep(a: &SweepArgs) -> Result<(), CliError> {
+    let spec = SweepSpec {
+        senders: a.senders.clone(),
+        layouts: layouts(&a.common)?,
+        strategies: a.strategies.clone(),
+        blocks: a.common.blocks,
+        warmup: a.common.warmup,
+        max_time: a.common.max_time,
+        read_timeout: a.common.read_timeout,
+        buffer_hint: a.link.buffer,
+        cc: a.link.cc.clone(),
+        quiet: a.common.quiet,
+    };
+    let (network, tb_config) = if a.testbed {
+        let tb = Testbed::up(a.link.testbed())?;
+        if !a.common.quiet {
+            eprintln!("testbed up: {}", tb.config());
+        }
+        (Network::Testbed(Arc::new(tb)), Some(a.link.testbed()))
+    } else if !a.servers.is_empty() {
+        (Network::Hosts(a.servers.clone()), None)
+    } else if a.loopback {
+        (Network::Loopback, None)
+    } else {
+        return Err(CliError::Usage(
+            "say where the servers are: --testbed, --loopback or --servers A,B,...".into(),
+        ));
+    };
+    let name = network.name();
+    let r = sweep::run(spec, network)?;
+    let title = match &tb_config {
+        Some(t) => format!("incast-bench sweep on the testbed: {t}"),
+        None => format!("incast-bench sweep ({name}, {})", a.link.cc),
+    };
+    finish(&a.common, name, tb_config, &r, &title)
+}
+
+fn run_read(a: &ReadArgs) -> Result<(), CliError> {
+    let spec = SweepSpec {
+        senders: vec![a.servers.len()],
+        layouts: layouts(&a.common)?,
+        strategies: vec![a.strategy],
+        blocks: a.common.blocks,
+        warmup: a.common.warmup,
+        max_time: a.common.max_time,
+        read_timeout: a.common.read_timeout,
+        buffer_hint: a.buffer,
+        cc: a.cc.clone(),
+        quiet: a.common.quiet,
+    };
+    let r = sweep::run(spec, Network::Hosts(a.servers.clone()))?;
+    finish(&a.common, "hosts", None, &r, "incast-bench read")
+}
+
+fn run_serve(a: &ServeArgs) -> Result<(), CliError> {
+    use incast_rpc::{FileStore, ServerConfig, SocketTuning};
+    let config = ServerConfig::builder()
+        .tuning(SocketTuning {
+            congestion: Some(a.cc.clone()),
+            ..SocketTuning::server()
+        })
+        .build()
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+    if a.count == 0 || u32::from(a.listen.port()) + u32::from(a.count) > 65536 {
+        return Err(CliError::Usage(format!(
+            "--count {} from port {} runs past port 65535",
+            a.count,
+            a.listen.port()
+        )));
+    }
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async {
+        let mut handles = Vec::new();
+        for i in 0..a.count {
+            let mut addr = a.listen;
+            if addr.port() != 0 {
+                addr.set_port(a.listen.port() + i);
+            }
+            let h = if a.store == "mem" {
+                incast_rpc::serve(addr, pattern::PatternStore, config.clone()).await
+            } else {
+                incast_rpc::serve(addr, FileStore::new(&a.store), config.clone()).await
+            }
+            .map_err(|e| CliError::Usage(format!("cannot listen on {addr}: {e}")))?;
+            println!("serving {} on {}", a.store, h.local_addr());
+            if let Some(t) = h.tuning_report() {
+                if t.contains("refused") {
+                    eprintln!("socket tuning: {t}");
+                }
+            }
+            handles.push(h);
+        }
+        match a.duration {
+            Some(d) => tokio::time::sleep(d).await,
+            None => std::future::pending::<()>().await,
+        }
+        for h in handles {
+            h.shutdown().await;
+        }
+        Ok(())
+    })
+}
+
+fn run_testbed(action: &TestbedAction) -> Result<(), CliError> {
+    match action {
+        TestbedAction::Up(link) => {
+            let pinned = testbed::pinned();
+            if !pinned.is_empty() {
+                return Err(CliError::Usage(format!(
+                    "the testbed is already up ({}); `incast-bench testbed down` first",
+                    pinned.join(", ")
+                )));
+            }
+            let tb = Testbed::up(link.testbed())?;
+            tb.pin()?;
+            println!("testbed up: {}", tb.config());
+            println!(
+                "client 198.18.0.1 in netns incast-client; servers 198.18.0.2 in netns incast-servers;\n\
+                 the shaped port is {} in netns incast-switch.\n\
+                 e.g.  ip netns exec incast-servers incast-bench serve --listen 198.18.0.2:7000 --count 16 &\n      \
+                 ip netns exec incast-client incast-bench read --servers 198.18.0.2:7000,198.18.0.2:7001 --block 1MiB\n\
+                 remove it with `incast-bench testbed down`",
+                testbed::SWITCH_CLIENT_PORT
+            );
+            Ok(())
+        }
+        TestbedAction::Down => {
+            let removed = testbed::down()?;
+            if removed.is_empty() {
+                println!("no testbed namespaces to remove");
+            } else {
+                println!("removed {}", removed.join(", "));
+            }
+            Ok(())
+        }
+        TestbedAction::Status => {
+            let stray = testbed::leftover_interfaces()?;
+            if !stray.is_empty() {
+                println!(
+                    "interfaces named {}* in this namespace: {}",
+                    testbed::PREFIX,
+                    stray.join(", ")
+                );
+            }
+            let pinned = testbed::pinned();
+            if pinned.is_empty() {
+                println!("testbed down (no pinned incast namespaces)");
+                return Ok(());
+            }
+            for ns in &pinned {
+                let out = std::process::Command::new("ip")
+                    .args(["-n", ns, "-br", "addr"])
+                    .output()?;
+                println!("== {ns}\n{}", String::from_utf8_lossy(&out.stdout).trim_end());
+            }
+            let out = std::process::Command::new("ip")
+                .args(["netns", "exec", "incast-switch", "tc", "-s", "qdisc", "show", "dev"])
+                .arg(testbed::SWITCH_CLIENT_PORT)
+                .output()?;
+            println!("== shaped port\n{}", String::from_utf8_lossy(&out.stdout).trim_end());
+            Ok(())
+        }
+    }
+}
+
+/// The demo's configuration: one stripe layout, a few widths, naive against default.
+const DEMO_SENDERS: [usize; 4] = [1, 8, 32, 64];
+const DEMO_BLOCK: u64 = 1 << 20;
+
+fn run_demo(a: &DemoArgs) -> Result<(), CliError> {
+    let tb_config = TestbedConfig::default();
+    let (network, tb) = match Testbed::up(tb_config.clone()) {
+        Ok(tb) => {
+            println!(
+                "Built an emulated switch in network namespaces: {tb_config}.\n\
+                 Reading 1 MiB blocks striped over 1-64 servers, one block at a time, with\n\
+                 `naive` (every fragment at once, kernel defaults) and the library's `default`.\n"
+            );
+            (Network::Testbed(Arc::new(tb)), Some(tb_config.clone()))
+        }
+        Err(e @ (TestbedError::NoPrivilege { .. } | TestbedError::NotLinux | TestbedError::MissingTool { .. })) => {
+            println!(
+                "Cannot build the emulated switch: {e}.\n\
+                 Running on loopback instead. Loopback has no shallow switch buffer, so it shows no\n\
+                 incast: expect both strategies to do well. For the real comparison run as root\n\
+                 (or inside `unshare -rn`) with iproute2 and ethtool installed.\n"
+            );
+            (Network::Loopback, None)
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let name = network.name();
+    let spec = SweepSpec {
+        senders: DEMO_SENDERS.to_vec(),
+        layouts: vec![Layout::Block(DEMO_BLOCK)],
+        strategies: vec![Strategy::Naive, Strategy::Default],
+        blocks: 40,
+        warmup: 3,
+        max_time: Duration::from_secs(12),
+        read_timeout: Duration::from_secs(30),
+        buffer_hint: tb_config.buffer_bytes,
+        cc: tb_config.cc.clone(),
+        quiet: a.quiet,
+    };
+    let r = sweep::run(spec, network)?;
+    let common = Common {
+        sru: vec![],
+        block: vec![DEMO_BLOCK],
+        blocks: 40,
+        warmup: 3,
+        max_time: Duration::from_secs(12),
+        read_timeout: Duration::from_secs(30),
+        json: a.json.clone(),
+        csv: None,
+        plot: Some(a.plot.clone()),
+        quiet: a.quiet,
+    };
+    let title = match &tb {
+        Some(t) => format!("incast-bench demo: {t}"),
+        None => "incast-bench demo (loopback: no incast expected)".to_owned(),
+    };
+    finish(&common, name, tb, &r, &title)?;
+    summarize_demo(&r.results);
+    Ok(())
+}
+
+fn summarize_demo(results: &[run::Measurement]) {
+    println!();
+    for n in DEMO_SENDERS.iter().filter(|n| **n > 1) {
+        let get = |s: &str| results.iter().find(|m| m.senders == *n && m.strategy == s);
+        if let (Some(naive), Some(def)) = (get("naive"), get("default")) {
+            println!(
+                "{n:>3} senders: default {:.0} Mbit/s, p99 {:.1} ms, {} kernel RTOs; naive {:.0} Mbit/s, \
+                 p99 {:.1} ms, {} kernel RTOs ({:.1}x goodput)",
+                def.goodput_mbps,
+                def.p99_ms,
+                def.kernel_rtos,
+                naive.goodput_mbps,
+                naive.p99_ms,
+                naive.kernel_rtos,
+                def.goodput_mbps / naive.goodput_mbps.max(1e-9)
+            );
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
-        Command::Model(a) => run_model(a),
+        Command::Model(a) => run_model(a).map_err(CliError::from),
+        Command::Serve(a) => run_serve(a),
+        Command::Read(a) => run_read(a),
+        Command::Sweep(a) => run_sweep(a),
+        Command::Testbed { action } => run_testbed(action),
+        Command::Demo(a) => run_demo(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

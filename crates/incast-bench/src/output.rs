@@ -1,0 +1,256 @@
+//! Results as a table, JSON lines and CSV.
+//!
+//! A JSON file starts with a header object (`"type": "header"`) that echoes the run: command
+//! line, git commit, kernel, CPU count, testbed parameters, block and warm-up counts and the
+//! measured line rate. Then one object (`"type": "result"`) per (strategy, configuration),
+//! with the fields of [`Measurement`], including the block-latency HDR histogram (V2 +
+//! DEFLATE, base64) so that runs can be merged with HdrHistogram's tools.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use crate::run::Measurement;
+use crate::testbed::TestbedConfig;
+
+/// What a JSON file's header echoes.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Header {
+    /// Always "header".
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// The command line.
+    pub command: String,
+    /// Git commit the binary was built from.
+    pub git_commit: &'static str,
+    /// `uname -r`.
+    pub kernel: String,
+    /// CPUs available.
+    pub cpus: usize,
+    /// Testbed parameters, when the run used it.
+    pub testbed: Option<TestbedConfig>,
+    /// Where servers ran: "testbed", "loopback" or "hosts".
+    pub network: String,
+    /// Measured blocks per configuration.
+    pub blocks: u32,
+    /// Warm-up blocks per configuration.
+    pub warmup: u32,
+    /// Line rate measured with one sender streaming, Mbit/s.
+    pub line_rate_mbps: f64,
+    /// Seconds since the Unix epoch at the start.
+    pub started_unix: u64,
+}
+
+impl Header {
+    /// A header for this process.
+    pub fn new(network: &str, testbed: Option<TestbedConfig>, blocks: u32, warmup: u32) -> Self {
+        Self {
+            kind: "header",
+            command: std::env::args().collect::<Vec<_>>().join(" "),
+            git_commit: env!("INCAST_GIT_COMMIT"),
+            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                .map(|s| s.trim().to_owned())
+                .unwrap_or_else(|_| std::env::consts::OS.to_owned()),
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            testbed,
+            network: network.to_owned(),
+            blocks,
+            warmup,
+            line_rate_mbps: 0.0,
+            started_unix: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+        }
+    }
+}
+
+/// A file could not be written.
+#[derive(Debug, thiserror::Error)]
+#[error("writing {path}: {source}")]
+pub struct WriteError {
+    /// The file.
+    pub path: PathBuf,
+    /// Why.
+    pub source: io::Error,
+}
+
+fn create(path: &Path) -> Result<BufWriter<File>, WriteError> {
+    File::create(path).map(BufWriter::new).map_err(|source| WriteError {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+fn wrap(path: &Path) -> impl Fn(io::Error) -> WriteError + '_ {
+    move |source| WriteError {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+#[derive(serde::Serialize)]
+struct Tagged<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    #[serde(flatten)]
+    m: &'a Measurement,
+}
+
+/// Writes the header and one line per result.
+pub fn write_json(path: &Path, header: &Header, results: &[Measurement]) -> Result<(), WriteError> {
+    let mut w = create(path)?;
+    let e = wrap(path);
+    serde_json::to_writer(&mut w, header).map_err(|x| e(x.into()))?;
+    writeln!(w).map_err(&e)?;
+    for m in results {
+        serde_json::to_writer(&mut w, &Tagged { kind: "result", m }).map_err(|x| e(x.into()))?;
+        writeln!(w).map_err(&e)?;
+    }
+    w.flush().map_err(&e)
+}
+
+const CSV_FIELDS: &str =
+    "strategy,layout,senders,sru_bytes,block_bytes,blocks,failed_blocks,goodput_mbps,line_rate_mbps,\
+line_rate_fraction,ideal_ms,p50_ms,p99_ms,max_ms,p99_over_ideal,kernel_rtos,blocks_with_rto,rto_free_fraction,\
+blocks_over_100ms,retransmits,hedges,grants,switch_drops,cc,buffer_bytes,rate_bps,elapsed_s";
+
+/// Writes one CSV row per result (the histogram stays in the JSON).
+pub fn write_csv(path: &Path, results: &[Measurement]) -> Result<(), WriteError> {
+    let mut w = create(path)?;
+    let e = wrap(path);
+    writeln!(w, "{CSV_FIELDS}").map_err(&e)?;
+    let opt = |v: Option<u64>| v.map(|x| x.to_string()).unwrap_or_default();
+    for m in results {
+        writeln!(
+            w,
+            "{},{},{},{},{},{},{},{:.1},{:.1},{:.4},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{:.4},{},{},{},{},{},{},{},{},{:.3}",
+            m.strategy,
+            m.layout,
+            m.senders,
+            m.sru_bytes,
+            m.block_bytes,
+            m.blocks,
+            m.failed_blocks,
+            m.goodput_mbps,
+            m.line_rate_mbps,
+            m.line_rate_fraction,
+            m.ideal_ms,
+            m.p50_ms,
+            m.p99_ms,
+            m.max_ms,
+            m.p99_over_ideal,
+            m.kernel_rtos,
+            m.blocks_with_rto,
+            m.rto_free_fraction,
+            m.blocks_over_100ms,
+            m.retransmits,
+            m.hedges,
+            m.grants,
+            opt(m.switch_drops),
+            m.cc,
+            opt(m.buffer_bytes),
+            opt(m.rate_bps),
+            m.elapsed_s
+        )
+        .map_err(&e)?;
+    }
+    w.flush().map_err(&e)
+}
+
+/// Header of the table.
+pub fn table_header() -> String {
+    format!(
+        "{:<10} {:>5} {:>9} {:>9} {:>9} {:>6} {:>8} {:>8} {:>8} {:>7} {:>6} {:>8} {:>6} {:>6}",
+        "strategy",
+        "N",
+        "sru",
+        "block",
+        "Mbit/s",
+        "%line",
+        "p50 ms",
+        "p99 ms",
+        "max ms",
+        "p99/id",
+        "RTOs",
+        "RTO-free",
+        "drops",
+        "hedges"
+    )
+}
+
+/// One row of the table.
+pub fn table_row(m: &Measurement) -> String {
+    let drops = m.switch_drops.map_or("-".to_owned(), |d| d.to_string());
+    let failed = if m.failed_blocks > 0 {
+        format!(
+            "  ({} blocks failed: {})",
+            m.failed_blocks,
+            m.first_error.as_deref().unwrap_or("")
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "{:<10} {:>5} {:>9} {:>9} {:>9.1} {:>5.1}% {:>8.2} {:>8.2} {:>8.2} {:>7.2} {:>6} {:>7.1}% {:>6} {:>6}{failed}",
+        m.strategy,
+        m.senders,
+        human(m.sru_bytes),
+        human(m.block_bytes),
+        m.goodput_mbps,
+        m.line_rate_fraction * 100.0,
+        m.p50_ms,
+        m.p99_ms,
+        m.max_ms,
+        m.p99_over_ideal,
+        m.kernel_rtos,
+        m.rto_free_fraction * 100.0,
+        drops,
+        m.hedges
+    )
+}
+
+/// 32768 -> "32KiB".
+pub fn human(b: u64) -> String {
+    for (unit, div) in [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
+        if b >= div && b % div == 0 {
+            return format!("{}{unit}", b / div);
+        }
+    }
+    if b >= 1 << 20 {
+        return format!("{:.1}MiB", b as f64 / (1u64 << 20) as f64);
+    }
+    if b >= 1 << 10 {
+        return format!("{:.1}KiB", b as f64 / 1024.0);
+    }
+    format!("{b}B")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn human_sizes() {
+        assert_eq!(human(32 << 10), "32KiB");
+        assert_eq!(human(1 << 20), "1MiB");
+        assert_eq!(human(4000), "3.9KiB");
+        assert_eq!(human(100), "100B");
+    }
+
+    #[test]
+    fn csv_has_one_value_per_field() {
+        let dir = std::env::temp_dir().join(format!("incast-csv-{}", std::process::id()));
+        let m = Measurement {
+            strategy: "naive".into(),
+            switch_drops: Some(3),
+            ..Measurement::default()
+        };
+        write_csv(&dir, &[m]).unwrap();
+        let text = std::fs::read_to_string(&dir).unwrap();
+        std::fs::remove_file(&dir).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0].split(',').count(), lines[1].split(',').count());
+        assert!(lines[1].starts_with("naive,"));
+    }
+}
