@@ -178,6 +178,12 @@ impl RttEstimator {
         }
     }
 
+    /// The same estimate under other bounds (a later read's policy).
+    pub fn with_bounds(mut self, bounds: RtoBounds) -> Self {
+        self.bounds = bounds;
+        self
+    }
+
     /// Feeds one round-trip sample.
     pub fn on_sample(&mut self, rtt: Duration) {
         let r = nanos(rtt);

@@ -51,6 +51,13 @@
 //!   grant just waits, with exponential backoff. Racing the stalled request instead would
 //!   need extra budget exactly when the budget is full (and in TCP incast the stalled flow is
 //!   waiting for a 200 ms timer, so it would not win the race anyway).
+//! - **Stalls are per connection.** A transport serves the grants of one connection (a
+//!   server and a [`Lane`]) in order, so a pipelined grant waits while the one ahead of it
+//!   transfers. Bytes on a connection therefore count as progress for every grant queued on
+//!   it, and only a grant issued on an idle connection gives an RTT sample (its first byte is
+//!   not delayed by another grant's transfer). Timing each grant from its own issue instead
+//!   fired a spurious hedge for most blocks on the testbed (queued grants wait for up to
+//!   D - 1 grants ahead of them, several RTOs).
 //! - **Failures**: a failed grant's range is retried on the next replica not yet failed; a
 //!   fragment with no such replica ends the read with [`ReadError::ServerFailed`] naming the
 //!   server, and every outstanding grant is cancelled. Bytes of a grant count only once the
@@ -63,7 +70,8 @@
 //! (fully for stripes of at most 256 fragments, the O(1) ones only above that):
 //!
 //! 1. `outstanding` (bytes requested, not received, over live grants) `<= B`;
-//! 2. servers with live grants `<= K`; live grants per fragment `<= D`;
+//! 2. servers with live grants `<= K`; live grants per fragment `<= D`; the live-grant
+//!    counters per server and per connection match the live grants;
 //! 3. per fragment, confirmed + live + holes + not yet granted = its length, and the sum
 //!    of confirmed bytes is `completed`;
 //! 4. the read is complete if and only if `completed == block_len`;
@@ -352,6 +360,12 @@ struct Live {
     issued_at: Instant,
     last_progress: Instant,
     timeout: Duration,
+    /// Issued on an idle connection: its first byte is an RTT sample.
+    clean: bool,
+}
+
+fn conn_index(server: u32, lane: Lane) -> usize {
+    server as usize * 2 + usize::from(lane == Lane::Spare)
 }
 
 #[derive(Clone, Debug, Default)]
@@ -426,6 +440,10 @@ pub struct Scheduler {
     outstanding: u64,
     completed: u64,
     server_live: Vec<u32>,
+    /// Live grants per connection, `server * 2 + lane`.
+    conn_live: Vec<u32>,
+    /// Last byte received on each connection, `server * 2 + lane`.
+    conn_progress: Vec<Option<Instant>>,
     live_servers: u32,
     slots: Vec<Slot>,
     free_slots: Vec<u32>,
@@ -448,6 +466,15 @@ impl Scheduler {
     /// and the random stagger; give each read its own (for example a counter mixed with the
     /// process id) so that concurrent reads do not hedge in lockstep.
     pub fn new(stripe: &Stripe, policy: &Policy, seed: u64) -> Self {
+        Self::with_rtt(stripe, policy, seed, RttEstimator::new(policy.rto()))
+    }
+
+    /// Like [`Scheduler::new`], starting from an RTT estimate carried over from earlier reads
+    /// of the same servers (see [`Scheduler::rtt`]); the policy's RTO bounds apply. A read
+    /// that starts from scratch times its first grants with the initial RTO and then with an
+    /// estimate built from a few empty-queue samples, which is too short once the budget's
+    /// worth of bytes queues at the bottleneck: on the testbed that hedged most small blocks.
+    pub fn with_rtt(stripe: &Stripe, policy: &Policy, seed: u64, rtt: RttEstimator) -> Self {
         let mut server_index: HashMap<ServerId, u32> = HashMap::new();
         let mut servers = Vec::new();
         let mut index_of = |s: ServerId| {
@@ -499,6 +526,8 @@ impl Scheduler {
             outstanding: 0,
             completed: 0,
             server_live: vec![0; servers.len()],
+            conn_live: vec![0; servers.len() * 2],
+            conn_progress: vec![None; servers.len() * 2],
             servers,
             live_servers: 0,
             slots: Vec::new(),
@@ -511,7 +540,7 @@ impl Scheduler {
             timers: BinaryHeap::new(),
             cancels: VecDeque::new(),
             outcome: None,
-            rtt: RttEstimator::new(policy.rto()),
+            rtt: rtt.with_bounds(policy.rto()),
             rng: SplitMix64::new(seed),
             last_decrease: None,
             stats: SchedulerStats::default(),
@@ -584,7 +613,13 @@ impl Scheduler {
             }
             self.timers.pop();
             let Some(live) = self.live(id) else { continue };
-            let deadline = live.last_progress + live.timeout;
+            // A grant queued behind another on the same connection makes progress while the
+            // one ahead of it does: responses on a connection come in order.
+            let progress = match self.conn_progress[conn_index(live.server, live.lane)] {
+                Some(p) => p.max(live.last_progress),
+                None => live.last_progress,
+            };
+            let deadline = progress + live.timeout;
             if deadline > now {
                 self.timers.push(Reverse((deadline, id)));
                 continue;
@@ -611,8 +646,12 @@ impl Scheduler {
         }
         let at = self.frags[live.frag as usize].block_start + live.start + live.received;
         if n > 0 {
-            let first = live.received == 0;
+            // Only a grant that had its connection to itself gives a clean RTT sample; one
+            // queued behind others measures their transfer too.
+            let c = conn_index(live.server, live.lane);
+            let first = live.received == 0 && live.clean;
             let sample = now.saturating_duration_since(live.issued_at);
+            self.conn_progress[c] = Some(now);
             let live = self.slots[id.slot()].live.as_mut().expect("checked live");
             live.received += n;
             live.last_progress = now;
@@ -736,7 +775,8 @@ impl Scheduler {
     pub fn hedge_budget(&self) -> u64 {
         self.hedge_budget
     }
-    /// The RTT estimator (first-byte latencies of this read).
+    /// The RTT estimator (first-byte latencies of clean grants, carried over from earlier
+    /// reads when built with [`Scheduler::with_rtt`]).
     pub fn rtt(&self) -> &RttEstimator {
         &self.rtt
     }
@@ -750,6 +790,7 @@ impl Scheduler {
         self.check_counters()?;
         let mut outstanding = 0;
         let mut per_server = vec![0u32; self.servers.len()];
+        let mut per_conn = vec![0u32; self.servers.len() * 2];
         let mut per_frag = vec![(0u32, 0u64); self.frags.len()];
         let mut live = 0;
         for slot in &self.slots {
@@ -757,6 +798,7 @@ impl Scheduler {
             live += 1;
             outstanding += l.len - l.received;
             per_server[l.server as usize] += 1;
+            per_conn[conn_index(l.server, l.lane)] += 1;
             per_frag[l.frag as usize].0 += 1;
             per_frag[l.frag as usize].1 += l.len;
             let f = &self.frags[l.frag as usize];
@@ -779,6 +821,9 @@ impl Scheduler {
         }
         if per_server != self.server_live {
             return violation("per-server live counts disagree with the slots".into());
+        }
+        if per_conn != self.conn_live {
+            return violation("per-connection live counts disagree with the slots".into());
         }
         let count = |q: &VecDeque<u32>, f: u32| q.iter().filter(|&&x| x == f).count();
         let mut completed = 0;
@@ -1042,7 +1087,9 @@ impl Scheduler {
             issued_at: now,
             last_progress: now,
             timeout,
+            clean: self.conn_live[conn_index(server, lane)] == 0,
         });
+        self.conn_live[conn_index(server, lane)] += 1;
         let id = GrantId::new(slot, entry.generation);
         self.outstanding += len;
         self.live_grants += 1;
@@ -1093,6 +1140,7 @@ impl Scheduler {
         self.frags[live.frag as usize].live -= 1;
         self.outstanding -= live.len - live.received;
         self.live_grants -= 1;
+        self.conn_live[conn_index(live.server, live.lane)] -= 1;
         let s = &mut self.server_live[live.server as usize];
         *s -= 1;
         if *s == 0 {
@@ -1366,6 +1414,46 @@ mod tests {
         assert!(s.is_complete());
         assert_eq!(s.poll_action(Instant::now()), None);
         assert_eq!(s.poll_timeout(), None);
+    }
+
+    #[test]
+    fn queued_grants_progress_with_their_connection_and_give_no_rtt_sample() {
+        // One server, 4 chunks of 16 KiB pipelined on its primary connection.
+        let stripe = Stripe::fixed_sru("k", &servers(1), 64 * 1024).unwrap();
+        let mut s = Scheduler::new(&stripe, &Policy::default(), 7);
+        let t0 = Instant::now();
+        let gs = requests(&mut s, t0);
+        assert_eq!(gs.len(), 4);
+        // The head transfers slowly but steadily for 3 initial RTOs; the others wait behind it.
+        let mut now = t0;
+        for _ in 0..15 {
+            now += Duration::from_millis(1);
+            s.on_bytes(now, gs[0].id, 1000).unwrap();
+            s.handle_timeout(now);
+        }
+        assert_eq!(s.poll_action(now), None, "no queued grant may be judged stalled");
+        assert_eq!(s.stats().stalls, 0);
+        assert_eq!(s.rtt().samples(), 1, "only the head's first byte is a sample");
+        assert_eq!(s.rtt().latest(), Some(Duration::from_millis(1)));
+        // When the connection goes quiet, the grants on it do stall.
+        s.handle_timeout(now + Duration::from_millis(20));
+        assert!(s.stats().stalls > 0);
+    }
+
+    #[test]
+    fn a_carried_rtt_estimate_times_the_first_grants() {
+        let stripe = Stripe::fixed_sru("k", &servers(1), 1_000).unwrap();
+        let mut rtt = RttEstimator::new(Policy::default().rto());
+        rtt.on_sample(Duration::from_micros(400));
+        let mut s = Scheduler::with_rtt(&stripe, &Policy::default(), 7, rtt);
+        let t0 = Instant::now();
+        requests(&mut s, t0);
+        let wait = s.poll_timeout().unwrap() - t0;
+        // SRTT 400 us + 4 * 200 us = 1.2 ms, +0..50% jitter; not the 5 ms initial RTO.
+        assert!(
+            wait >= Duration::from_micros(1200) && wait < Duration::from_micros(1800),
+            "{wait:?}"
+        );
     }
 
     #[test]

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use incast_core::{Action, Delivery, GrantId, GrantKind, Lane, Policy, ReadError, Scheduler, SchedulerStats};
-use incast_core::{ServerId, Stripe};
+use incast_core::{RttEstimator, ServerId, Stripe};
 use tokio::net::{TcpSocket, TcpStream};
 
 use crate::timer::HrTimer;
@@ -265,6 +265,8 @@ pub struct ReadOutput {
 
 /// The client: server addresses and a pool of idle connections (a primary and a spare per
 /// server). Cheap to share: wrap it in an `Arc`; concurrent reads use separate connections.
+/// It also carries the RTT estimate from one read to the next, so the application-level RTO
+/// of a read reflects the path's queueing, not the initial RTO or a few empty-queue samples.
 ///
 /// ```no_run
 /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
@@ -283,6 +285,8 @@ pub struct Client {
     idle: Mutex<HashMap<(ServerId, Lane), Vec<Conn>>>,
     last_tuning: Mutex<Option<String>>,
     reads: AtomicU64,
+    /// RTT estimate carried from read to read.
+    rtt: Mutex<Option<RttEstimator>>,
 }
 
 impl Client {
@@ -298,6 +302,7 @@ impl Client {
             config,
             idle: Mutex::new(HashMap::new()),
             last_tuning: Mutex::new(None),
+            rtt: Mutex::new(None),
             reads: AtomicU64::new(0),
         }
     }
@@ -338,7 +343,10 @@ impl Client {
         let mut d = Driver {
             client: self,
             stripe,
-            sched: Scheduler::new(stripe, policy, seed),
+            sched: match self.rtt.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+                Some(rtt) => Scheduler::with_rtt(stripe, policy, seed, rtt),
+                None => Scheduler::new(stripe, policy, seed),
+            },
             block: vec![0u8; stripe.block_len() as usize],
             scratch: Vec::new(),
             conns: Vec::new(),
@@ -356,6 +364,9 @@ impl Client {
         let result = d.run().await;
         d.report.elapsed = start.elapsed();
         d.report.stats = d.sched.stats();
+        if d.sched.rtt().samples() > 0 {
+            *self.rtt.lock().unwrap_or_else(|e| e.into_inner()) = Some(d.sched.rtt().clone());
+        }
         d.release_connections();
         result?;
         Ok(ReadOutput {
@@ -474,6 +485,10 @@ impl Driver<'_> {
                 }
                 fired = timer.fired() => {
                     fired.map_err(FanInError::Timer)?;
+                    // Bytes already in a socket are progress: read them before judging stalls,
+                    // or a busy loop (or select! picking the timer first) hedges a grant whose
+                    // data is waiting in the kernel.
+                    self.read_ready();
                     self.sched.handle_timeout(Instant::now());
                 }
                 _ = &mut overall => {
@@ -615,6 +630,19 @@ impl Driver<'_> {
             let _ = stream.readable().await;
             i
         }));
+    }
+
+    /// Reads whatever the connections with responses due already have.
+    fn read_ready(&mut self) {
+        for i in 0..self.conns.len() {
+            let c = &self.conns[i];
+            if c.broken || c.inflight.is_empty() {
+                continue;
+            }
+            if let Outcome::Broken(why) = self.read_conn(i) {
+                self.break_conn(i, why);
+            }
+        }
     }
 
     fn on_readable(&mut self, i: usize) {
