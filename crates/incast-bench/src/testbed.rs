@@ -298,7 +298,8 @@ impl Testbed {
             SERVER_ADDR.to_string(),
         ];
         if let Some(d) = rto_min {
-            args.extend(["rto_min".into(), format!("{}us", d.as_micros().max(1))]);
+            // iproute2 6.1 takes whole milliseconds here ("1000us" is rejected).
+            args.extend(["rto_min".into(), format!("{}ms", d.as_millis().max(1))]);
         }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         self.servers.command("ip", &args)?;
