@@ -139,7 +139,7 @@ struct Common {
     /// Write CSV.
     #[arg(long)]
     csv: Option<PathBuf>,
-    /// Write a goodput-vs-senders plot (.svg).
+    /// Write a goodput-vs-senders plot (.svg or .png).
     #[arg(long)]
     plot: Option<PathBuf>,
     /// No progress bar.

@@ -1,9 +1,13 @@
 //! Goodput versus senders, one line per strategy, one panel per block layout: the figure of
-//! the seeds (phanishayee-fast08 Fig. 2, vasudevan-sigcomm09 Fig. 1), drawn as SVG.
+//! the seeds (phanishayee-fast08 Fig. 2, vasudevan-sigcomm09 Fig. 1), as SVG or PNG.
 //!
-//! Drawn by hand rather than with a plotting crate: the figure is a few polylines, and this
-//! keeps the bench's dependency tree (and CI build time) small. The x axis is log2 of the
-//! sender count; the dashed line is the line rate measured in the same run.
+//! Drawn by hand rather than with a plotting crate: the figure is a few lines, dots and
+//! labels, and a plotting crate with a PNG backend would bring an image stack and system
+//! fonts into the bench's build. The figure is first laid out as a list of [`Shape`]s; the
+//! SVG writer emits them as elements, the PNG writer rasterizes them (a 5x7 bitmap font,
+//! upper case) and stores the pixels in an uncompressed zlib stream, which every PNG reader
+//! accepts. The x axis is log2 of the sender count; the dashed line is the line rate measured
+//! in the same run.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -27,7 +31,7 @@ const COLORS: [&str; 8] = [
 #[non_exhaustive]
 pub enum PlotError {
     /// The file name's extension is not one the plotter writes.
-    #[error("plot file `{0}` must end in .svg (PNG is not implemented yet; convert the SVG)")]
+    #[error("plot file `{0}` must end in .svg or .png")]
     Format(String),
     /// Writing failed.
     #[error(transparent)]
@@ -38,15 +42,63 @@ fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
-/// Renders the results as an SVG document.
-pub fn svg(results: &[Measurement], title: &str) -> String {
+/// One element of the figure, in pixels from the top left.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Shape {
+    /// A line segment.
+    Line {
+        /// Start and end.
+        from: (f64, f64),
+        /// End.
+        to: (f64, f64),
+        /// `#rrggbb`.
+        color: &'static str,
+        /// Stroke width.
+        width: f64,
+        /// Dashed.
+        dashed: bool,
+    },
+    /// A filled dot.
+    Dot {
+        /// Centre.
+        at: (f64, f64),
+        /// Radius.
+        r: f64,
+        /// `#rrggbb`.
+        color: &'static str,
+    },
+    /// A label.
+    Text {
+        /// Anchor point (baseline).
+        at: (f64, f64),
+        /// The text.
+        text: String,
+        /// -1 right-aligned, 0 centred, 1 left-aligned.
+        align: i8,
+        /// Written bottom to top.
+        vertical: bool,
+    },
+}
+
+/// The figure: size and shapes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scene {
+    /// Width in pixels.
+    pub width: f64,
+    /// Height in pixels.
+    pub height: f64,
+    /// What to draw, in order.
+    pub shapes: Vec<Shape>,
+}
+
+/// Lays out the figure.
+pub fn scene(results: &[Measurement], title: &str) -> Scene {
     // Panels: one per (sru or block) layout, in first-seen order.
     let mut panels: Vec<(String, Vec<&Measurement>)> = Vec::new();
     for m in results {
-        let key = m.layout.clone();
-        match panels.iter_mut().find(|(k, _)| *k == key) {
+        match panels.iter_mut().find(|(k, _)| *k == m.layout) {
             Some((_, v)) => v.push(m),
-            None => panels.push((key, vec![m])),
+            None => panels.push((m.layout.clone(), vec![m])),
         }
     }
     let mut strategies: Vec<&str> = Vec::new();
@@ -58,110 +110,73 @@ pub fn svg(results: &[Measurement], title: &str) -> String {
     let n = panels.len().max(1) as f64;
     let width = n * (PANEL_W + MARGIN_L + MARGIN_R);
     let height = PANEL_H + MARGIN_T + MARGIN_B + LEGEND_H + 20.0;
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
-    let _ = writeln!(
-        s,
-        r#"<text x="{}" y="18" text-anchor="middle" font-size="14">{}</text>"#,
-        width / 2.0,
-        esc(title)
-    );
+    let mut out = Vec::new();
+    let line = |from, to, color, width, dashed| Shape::Line {
+        from,
+        to,
+        color,
+        width,
+        dashed,
+    };
+    let text = |at, t: String, align| Shape::Text {
+        at,
+        text: t,
+        align,
+        vertical: false,
+    };
+    out.push(text((width / 2.0, 18.0), title.to_owned(), 0));
     for (pi, (label, ms)) in panels.iter().enumerate() {
         let x0 = pi as f64 * (PANEL_W + MARGIN_L + MARGIN_R) + MARGIN_L;
-        let y0 = MARGIN_T;
+        let (y0, x1, y1) = (MARGIN_T, x0 + PANEL_W, MARGIN_T + PANEL_H);
         let max_n = ms.iter().map(|m| m.senders).max().unwrap_or(1).max(2) as f64;
-        let line = ms.iter().map(|m| m.line_rate_mbps).fold(0.0, f64::max);
-        let top = ms.iter().map(|m| m.goodput_mbps).fold(line, f64::max).max(1.0) * 1.1;
+        let rate = ms.iter().map(|m| m.line_rate_mbps).fold(0.0, f64::max);
+        let top = ms.iter().map(|m| m.goodput_mbps).fold(rate, f64::max).max(1.0) * 1.1;
         let xs = |senders: usize| x0 + (senders.max(1) as f64).log2() / max_n.log2() * PANEL_W;
-        let ys = |mbps: f64| y0 + PANEL_H - mbps / top * PANEL_H;
-        let _ = writeln!(
-            s,
-            r##"<rect x="{x0}" y="{y0}" width="{PANEL_W}" height="{PANEL_H}" fill="none" stroke="#444"/>"##
-        );
-        let _ = writeln!(
-            s,
-            r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
-            x0 + PANEL_W / 2.0,
-            y0 - 6.0,
-            esc(label)
-        );
-        // Axes: ticks at powers of two, five goodput ticks.
-        let mut t = 1usize;
-        while t as f64 <= max_n {
-            let x = xs(t);
-            let _ = writeln!(
-                s,
-                r##"<line x1="{x}" y1="{}" x2="{x}" y2="{}" stroke="#444"/><text x="{x}" y="{}" text-anchor="middle">{t}</text>"##,
-                y0 + PANEL_H,
-                y0 + PANEL_H + 5.0,
-                y0 + PANEL_H + 18.0
-            );
-            t *= 2;
-        }
+        let ys = |mbps: f64| y1 - mbps / top * PANEL_H;
         for i in 0..=5 {
             let v = top / 5.0 * f64::from(i);
-            let y = ys(v);
-            let _ = writeln!(
-                s,
-                r##"<line x1="{x0}" y1="{y}" x2="{}" y2="{y}" stroke="#ddd"/><text x="{}" y="{}" text-anchor="end">{v:.0}</text>"##,
-                x0 + PANEL_W,
-                x0 - 6.0,
-                y + 4.0
-            );
+            out.push(line((x0, ys(v)), (x1, ys(v)), "#dddddd", 1.0, false));
+            out.push(text((x0 - 6.0, ys(v) + 4.0), format!("{v:.0}"), -1));
         }
-        let _ = writeln!(
-            s,
-            r#"<text x="{}" y="{}" text-anchor="middle">senders</text>"#,
-            x0 + PANEL_W / 2.0,
-            y0 + PANEL_H + 36.0
-        );
-        let _ = writeln!(
-            s,
-            r#"<text transform="translate({},{}) rotate(-90)" text-anchor="middle">goodput (Mbit/s)</text>"#,
-            x0 - 44.0,
-            y0 + PANEL_H / 2.0
-        );
-        if line > 0.0 {
-            let y = ys(line);
-            let _ = writeln!(
-                s,
-                r##"<line x1="{x0}" y1="{y}" x2="{}" y2="{y}" stroke="#000" stroke-dasharray="6,4"/><text x="{}" y="{}" text-anchor="end">line rate</text>"##,
-                x0 + PANEL_W,
-                x0 + PANEL_W - 4.0,
-                y - 4.0
-            );
+        for (a, b) in [
+            ((x0, y0), (x1, y0)),
+            ((x1, y0), (x1, y1)),
+            ((x1, y1), (x0, y1)),
+            ((x0, y1), (x0, y0)),
+        ] {
+            out.push(line(a, b, "#444444", 1.0, false));
+        }
+        out.push(text((x0 + PANEL_W / 2.0, y0 - 6.0), label.clone(), 0));
+        let mut t = 1usize;
+        while t as f64 <= max_n {
+            out.push(line((xs(t), y1), (xs(t), y1 + 5.0), "#444444", 1.0, false));
+            out.push(text((xs(t), y1 + 18.0), t.to_string(), 0));
+            t *= 2;
+        }
+        out.push(text((x0 + PANEL_W / 2.0, y1 + 36.0), "senders".into(), 0));
+        out.push(Shape::Text {
+            at: (x0 - 44.0, y0 + PANEL_H / 2.0),
+            text: "goodput (Mbit/s)".into(),
+            align: 0,
+            vertical: true,
+        });
+        if rate > 0.0 {
+            out.push(line((x0, ys(rate)), (x1, ys(rate)), "#000000", 1.0, true));
+            out.push(text((x1 - 4.0, ys(rate) - 4.0), "line rate".into(), -1));
         }
         for (si, st) in strategies.iter().enumerate() {
-            let mut pts: Vec<(usize, f64)> = ms
+            let mut pts: Vec<(f64, f64)> = ms
                 .iter()
                 .filter(|m| m.strategy == *st)
-                .map(|m| (m.senders, m.goodput_mbps))
+                .map(|m| (xs(m.senders), ys(m.goodput_mbps)))
                 .collect();
-            pts.sort_by_key(|p| p.0);
-            if pts.is_empty() {
-                continue;
-            }
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
             let color = COLORS[si % COLORS.len()];
-            let path: Vec<String> = pts
-                .iter()
-                .map(|(n, g)| format!("{:.1},{:.1}", xs(*n), ys(*g)))
-                .collect();
-            let _ = writeln!(
-                s,
-                r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="2"/>"#,
-                path.join(" ")
-            );
-            for (n, g) in &pts {
-                let _ = writeln!(
-                    s,
-                    r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{color}"/>"#,
-                    xs(*n),
-                    ys(*g)
-                );
+            for w in pts.windows(2) {
+                out.push(line(w[0], w[1], color, 2.0, false));
+            }
+            for p in pts {
+                out.push(Shape::Dot { at: p, r: 3.0, color });
             }
         }
     }
@@ -169,30 +184,305 @@ pub fn svg(results: &[Measurement], title: &str) -> String {
     for (si, st) in strategies.iter().enumerate() {
         let x = MARGIN_L + si as f64 * 110.0;
         let color = COLORS[si % COLORS.len()];
-        let _ = writeln!(
-            s,
-            r#"<line x1="{x}" y1="{ly}" x2="{}" y2="{ly}" stroke="{color}" stroke-width="3"/><text x="{}" y="{}">{}</text>"#,
-            x + 24.0,
-            x + 30.0,
-            ly + 4.0,
-            esc(st)
-        );
+        out.push(line((x, ly), (x + 24.0, ly), color, 3.0, false));
+        out.push(text((x + 30.0, ly + 4.0), (*st).to_owned(), 1));
+    }
+    Scene {
+        width,
+        height,
+        shapes: out,
+    }
+}
+
+/// The scene as an SVG document.
+pub fn svg(scene: &Scene) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" font-family="sans-serif" font-size="12">"#,
+        scene.width, scene.height
+    );
+    let _ = writeln!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    for sh in &scene.shapes {
+        let _ = match sh {
+            Shape::Line {
+                from,
+                to,
+                color,
+                width,
+                dashed,
+            } => writeln!(
+                s,
+                r#"<line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="{color}" stroke-width="{width}"{}/>"#,
+                from.0,
+                from.1,
+                to.0,
+                to.1,
+                if *dashed { r#" stroke-dasharray="6,4""# } else { "" }
+            ),
+            Shape::Dot { at, r, color } => {
+                writeln!(
+                    s,
+                    r#"<circle cx="{:.1}" cy="{:.1}" r="{r}" fill="{color}"/>"#,
+                    at.0, at.1
+                )
+            }
+            Shape::Text {
+                at,
+                text,
+                align,
+                vertical,
+            } => {
+                let anchor = match align {
+                    -1 => "end",
+                    0 => "middle",
+                    _ => "start",
+                };
+                let rot = if *vertical {
+                    format!(r#" transform="rotate(-90 {:.1} {:.1})""#, at.0, at.1)
+                } else {
+                    String::new()
+                };
+                writeln!(
+                    s,
+                    r#"<text x="{:.1}" y="{:.1}" text-anchor="{anchor}"{rot}>{}</text>"#,
+                    at.0,
+                    at.1,
+                    esc(text)
+                )
+            }
+        };
     }
     s.push_str("</svg>\n");
     s
 }
 
-/// Writes the plot; the format follows the extension.
+/// The scene as a PNG image (8-bit RGB).
+pub fn png(scene: &Scene) -> Vec<u8> {
+    let (w, h) = (scene.width.ceil() as usize, scene.height.ceil() as usize);
+    let mut c = Canvas {
+        w,
+        h,
+        px: vec![255; w * h * 3],
+    };
+    for sh in &scene.shapes {
+        match sh {
+            Shape::Line {
+                from,
+                to,
+                color,
+                width,
+                dashed,
+            } => c.line(*from, *to, rgb(color), *width, *dashed),
+            Shape::Dot { at, r, color } => c.dot(*at, *r, rgb(color)),
+            Shape::Text {
+                at,
+                text,
+                align,
+                vertical,
+            } => c.text(*at, text, *align, *vertical),
+        }
+    }
+    c.encode()
+}
+
+fn rgb(hex: &str) -> [u8; 3] {
+    let v = u32::from_str_radix(hex.trim_start_matches('#'), 16).unwrap_or(0);
+    [(v >> 16) as u8, (v >> 8) as u8, v as u8]
+}
+
+struct Canvas {
+    w: usize,
+    h: usize,
+    px: Vec<u8>,
+}
+
+impl Canvas {
+    fn set(&mut self, x: i64, y: i64, c: [u8; 3]) {
+        if x >= 0 && y >= 0 && (x as usize) < self.w && (y as usize) < self.h {
+            let i = (y as usize * self.w + x as usize) * 3;
+            self.px[i..i + 3].copy_from_slice(&c);
+        }
+    }
+
+    fn dot(&mut self, (cx, cy): (f64, f64), r: f64, c: [u8; 3]) {
+        let ri = r.ceil() as i64;
+        for dy in -ri..=ri {
+            for dx in -ri..=ri {
+                if ((dx * dx + dy * dy) as f64) <= r * r {
+                    self.set(cx.round() as i64 + dx, cy.round() as i64 + dy, c);
+                }
+            }
+        }
+    }
+
+    fn line(&mut self, (x0, y0): (f64, f64), (x1, y1): (f64, f64), c: [u8; 3], width: f64, dashed: bool) {
+        let len = ((x1 - x0).powi(2) + (y1 - y0).powi(2)).sqrt();
+        let steps = len.ceil().max(1.0) as usize;
+        for i in 0..=steps {
+            let t = i as f64 / steps as f64;
+            if dashed && (t * len) % 10.0 >= 6.0 {
+                continue;
+            }
+            let (x, y) = (x0 + (x1 - x0) * t, y0 + (y1 - y0) * t);
+            if width <= 1.0 {
+                self.set(x.round() as i64, y.round() as i64, c);
+            } else {
+                self.dot((x, y), width / 2.0, c);
+            }
+        }
+    }
+
+    /// Upper-case 5x7 glyphs with one column of spacing; the anchor is the baseline.
+    fn text(&mut self, (x, y): (f64, f64), s: &str, align: i8, vertical: bool) {
+        let chars: Vec<char> = s.chars().collect();
+        let len = chars.len() as f64 * 6.0;
+        let start = match align {
+            -1 => -len,
+            0 => -len / 2.0,
+            _ => 0.0,
+        };
+        for (i, ch) in chars.iter().enumerate() {
+            let g = glyph(*ch);
+            for (row, bits) in g.iter().enumerate() {
+                for col in 0..5 {
+                    if bits & (0x10 >> col) == 0 {
+                        continue;
+                    }
+                    let along = start + i as f64 * 6.0 + col as f64;
+                    let up = row as f64 - 7.0;
+                    let (px, py) = if vertical {
+                        (x + up, y - along)
+                    } else {
+                        (x + along, y + up)
+                    };
+                    self.set(px.round() as i64, py.round() as i64, [0, 0, 0]);
+                }
+            }
+        }
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        // Raw scanlines, each with filter type 0.
+        let mut raw = Vec::with_capacity(self.h * (self.w * 3 + 1));
+        for row in self.px.chunks(self.w * 3) {
+            raw.push(0);
+            raw.extend_from_slice(row);
+        }
+        // zlib: header, stored deflate blocks, Adler-32.
+        let mut z = vec![0x78, 0x01];
+        let mut blocks = raw.chunks(65_535).peekable();
+        while let Some(b) = blocks.next() {
+            z.push(u8::from(blocks.peek().is_none()));
+            let n = b.len() as u16;
+            z.extend_from_slice(&n.to_le_bytes());
+            z.extend_from_slice(&(!n).to_le_bytes());
+            z.extend_from_slice(b);
+        }
+        let (mut a, mut b) = (1u32, 0u32);
+        for &byte in &raw {
+            a = (a + u32::from(byte)) % 65_521;
+            b = (b + a) % 65_521;
+        }
+        z.extend_from_slice(&((b << 16) | a).to_be_bytes());
+        let mut ihdr = Vec::with_capacity(13);
+        ihdr.extend_from_slice(&(self.w as u32).to_be_bytes());
+        ihdr.extend_from_slice(&(self.h as u32).to_be_bytes());
+        ihdr.extend_from_slice(&[8, 2, 0, 0, 0]);
+        let mut out = b"\x89PNG\r\n\x1a\n".to_vec();
+        for (kind, data) in [(b"IHDR", &ihdr[..]), (b"IDAT", &z[..]), (b"IEND", &[][..])] {
+            out.extend_from_slice(&(data.len() as u32).to_be_bytes());
+            let start = out.len();
+            out.extend_from_slice(kind);
+            out.extend_from_slice(data);
+            let crc = crc32(&out[start..]);
+            out.extend_from_slice(&crc.to_be_bytes());
+        }
+        out
+    }
+}
+
+/// CRC-32 (IEEE 802.3), as PNG chunks use.
+fn crc32(data: &[u8]) -> u32 {
+    let mut c = !0u32;
+    for &b in data {
+        c ^= u32::from(b);
+        for _ in 0..8 {
+            c = if c & 1 != 0 { 0xEDB8_8320 ^ (c >> 1) } else { c >> 1 };
+        }
+    }
+    !c
+}
+
+/// 5x7 glyph rows (bit 4 is the left column); letters are drawn upper case, and a character
+/// without a glyph is drawn as a box.
+fn glyph(c: char) -> [u8; 7] {
+    match c.to_ascii_uppercase() {
+        ' ' => [0; 7],
+        '0' => [0x0E, 0x11, 0x13, 0x15, 0x19, 0x11, 0x0E],
+        '1' => [0x04, 0x0C, 0x04, 0x04, 0x04, 0x04, 0x0E],
+        '2' => [0x0E, 0x11, 0x01, 0x02, 0x04, 0x08, 0x1F],
+        '3' => [0x1F, 0x02, 0x04, 0x02, 0x01, 0x11, 0x0E],
+        '4' => [0x02, 0x06, 0x0A, 0x12, 0x1F, 0x02, 0x02],
+        '5' => [0x1F, 0x10, 0x1E, 0x01, 0x01, 0x11, 0x0E],
+        '6' => [0x06, 0x08, 0x10, 0x1E, 0x11, 0x11, 0x0E],
+        '7' => [0x1F, 0x01, 0x02, 0x04, 0x08, 0x08, 0x08],
+        '8' => [0x0E, 0x11, 0x11, 0x0E, 0x11, 0x11, 0x0E],
+        '9' => [0x0E, 0x11, 0x11, 0x0F, 0x01, 0x02, 0x0C],
+        'A' => [0x0E, 0x11, 0x11, 0x11, 0x1F, 0x11, 0x11],
+        'B' => [0x1E, 0x11, 0x11, 0x1E, 0x11, 0x11, 0x1E],
+        'C' => [0x0E, 0x11, 0x10, 0x10, 0x10, 0x11, 0x0E],
+        'D' => [0x1C, 0x12, 0x11, 0x11, 0x11, 0x12, 0x1C],
+        'E' => [0x1F, 0x10, 0x10, 0x1E, 0x10, 0x10, 0x1F],
+        'F' => [0x1F, 0x10, 0x10, 0x1E, 0x10, 0x10, 0x10],
+        'G' => [0x0E, 0x11, 0x10, 0x17, 0x11, 0x11, 0x0F],
+        'H' => [0x11, 0x11, 0x11, 0x1F, 0x11, 0x11, 0x11],
+        'I' => [0x0E, 0x04, 0x04, 0x04, 0x04, 0x04, 0x0E],
+        'J' => [0x07, 0x02, 0x02, 0x02, 0x02, 0x12, 0x0C],
+        'K' => [0x11, 0x12, 0x14, 0x18, 0x14, 0x12, 0x11],
+        'L' => [0x10, 0x10, 0x10, 0x10, 0x10, 0x10, 0x1F],
+        'M' => [0x11, 0x1B, 0x15, 0x15, 0x11, 0x11, 0x11],
+        'N' => [0x11, 0x11, 0x19, 0x15, 0x13, 0x11, 0x11],
+        'O' => [0x0E, 0x11, 0x11, 0x11, 0x11, 0x11, 0x0E],
+        'P' => [0x1E, 0x11, 0x11, 0x1E, 0x10, 0x10, 0x10],
+        'Q' => [0x0E, 0x11, 0x11, 0x11, 0x15, 0x12, 0x0D],
+        'R' => [0x1E, 0x11, 0x11, 0x1E, 0x14, 0x12, 0x11],
+        'S' => [0x0F, 0x10, 0x10, 0x0E, 0x01, 0x01, 0x1E],
+        'T' => [0x1F, 0x04, 0x04, 0x04, 0x04, 0x04, 0x04],
+        'U' => [0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x0E],
+        'V' => [0x11, 0x11, 0x11, 0x11, 0x11, 0x0A, 0x04],
+        'W' => [0x11, 0x11, 0x11, 0x15, 0x15, 0x15, 0x0A],
+        'X' => [0x11, 0x11, 0x0A, 0x04, 0x0A, 0x11, 0x11],
+        'Y' => [0x11, 0x11, 0x11, 0x0A, 0x04, 0x04, 0x04],
+        'Z' => [0x1F, 0x01, 0x02, 0x04, 0x08, 0x10, 0x1F],
+        '-' => [0, 0, 0, 0x1F, 0, 0, 0],
+        '.' => [0, 0, 0, 0, 0, 0x0C, 0x0C],
+        ',' => [0, 0, 0, 0, 0x0C, 0x04, 0x08],
+        ':' => [0, 0x0C, 0x0C, 0, 0x0C, 0x0C, 0],
+        '/' => [0, 0x01, 0x02, 0x04, 0x08, 0x10, 0],
+        '(' => [0x02, 0x04, 0x08, 0x08, 0x08, 0x04, 0x02],
+        ')' => [0x08, 0x04, 0x02, 0x02, 0x02, 0x04, 0x08],
+        '%' => [0x18, 0x19, 0x02, 0x04, 0x08, 0x13, 0x03],
+        '=' => [0, 0, 0x1F, 0, 0x1F, 0, 0],
+        '+' => [0, 0x04, 0x04, 0x1F, 0x04, 0x04, 0],
+        _ => [0x1F, 0x11, 0x11, 0x11, 0x11, 0x11, 0x1F],
+    }
+}
+
+/// Writes the plot; the format follows the extension (`.svg` or `.png`).
 pub fn write(path: &Path, results: &[Measurement], title: &str) -> Result<(), PlotError> {
     let ext = path
         .extension()
         .and_then(|e| e.to_str())
         .unwrap_or("")
         .to_ascii_lowercase();
-    if ext != "svg" {
-        return Err(PlotError::Format(path.display().to_string()));
-    }
-    std::fs::write(path, svg(results, title)).map_err(|source| WriteError {
+    let sc = scene(results, title);
+    let bytes = match ext.as_str() {
+        "svg" => svg(&sc).into_bytes(),
+        "png" => png(&sc),
+        _ => return Err(PlotError::Format(path.display().to_string())),
+    };
+    std::fs::write(path, bytes).map_err(|source| WriteError {
         path: path.to_owned(),
         source,
     })?;
@@ -225,8 +515,9 @@ mod tests {
             m("default", 4, 32768, 850.0),
             m("default", 16, 32768, 880.0),
         ];
-        let s = svg(&rs, "t");
-        assert_eq!(s.matches("<polyline").count(), 2);
+        let s = svg(&scene(&rs, "t"));
+        // One segment per pair of neighbouring points of each strategy, one dot per point.
+        assert_eq!(s.matches(r##"stroke="#d62728" stroke-width="2""##).count(), 1);
         assert_eq!(s.matches("<circle").count(), 4);
         assert!(s.contains("SRU 32KiB"));
         assert!(s.contains("line rate"));
@@ -234,5 +525,36 @@ mod tests {
             write(Path::new("/nonexistent/x.gif"), &rs, "t"),
             Err(PlotError::Format(_))
         ));
+    }
+
+    #[test]
+    fn png_is_well_formed_and_shows_the_lines() {
+        let rs = [m("naive", 4, 32768, 800.0), m("naive", 16, 32768, 90.0)];
+        let sc = scene(&rs, "t");
+        let img = png(&sc);
+        assert_eq!(&img[..8], b"\x89PNG\r\n\x1a\n");
+        // Every chunk's CRC matches; IHDR has the scene's size.
+        let mut at = 8;
+        let mut kinds = Vec::new();
+        while at < img.len() {
+            let len = u32::from_be_bytes(img[at..at + 4].try_into().unwrap()) as usize;
+            let body = &img[at + 4..at + 8 + len];
+            let crc = u32::from_be_bytes(img[at + 8 + len..at + 12 + len].try_into().unwrap());
+            assert_eq!(crc32(body), crc);
+            kinds.push(String::from_utf8_lossy(&body[..4]).into_owned());
+            at += 12 + len;
+        }
+        assert_eq!(kinds, ["IHDR", "IDAT", "IEND"]);
+        let w = u32::from_be_bytes(img[16..20].try_into().unwrap());
+        assert_eq!(w as f64, sc.width.ceil());
+        assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
+        // The strategy's colour is on the canvas.
+        let mut c = Canvas {
+            w: 10,
+            h: 10,
+            px: vec![255; 300],
+        };
+        c.line((0.0, 0.0), (9.0, 9.0), rgb("#d62728"), 1.0, false);
+        assert_eq!(&c.px[(5 * 10 + 5) * 3..(5 * 10 + 5) * 3 + 3], &[0xd6, 0x27, 0x28]);
     }
 }

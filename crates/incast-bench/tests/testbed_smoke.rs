@@ -274,9 +274,9 @@ fn loopback_sweep_writes_json_csv_and_plot() {
     assert_eq!(std::fs::read_to_string(&csv).unwrap().lines().count(), 1 + results);
     let plot = std::fs::read_to_string(&svg).unwrap();
     assert_eq!(
-        plot.matches("<polyline").count(),
+        plot.matches(r#"stroke-width="2""#).count(),
         2 * 6,
-        "one line per strategy and panel"
+        "one segment per strategy and panel"
     );
     let table = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
