@@ -563,8 +563,10 @@ fn run_demo(a: &DemoArgs) -> Result<(), CliError> {
             println!(
                 "Cannot build the emulated switch: {e}.\n\
                  Running on loopback instead. Loopback has no shallow switch buffer, so it shows no\n\
-                 incast: expect both strategies to do well. For the real comparison run as root\n\
-                 (or inside `unshare -rn`) with iproute2 and ethtool installed.\n"
+                 incast; and the default in-flight budget (64 KiB, sized for a shallow-buffered\n\
+                 1-10 Gbit/s port) holds `default` to a fraction of naive's loopback throughput\n\
+                 (the README's known limitation). For the real comparison run as root (or inside\n\
+                 `unshare -rn`) with iproute2 and ethtool installed.\n"
             );
             (Network::Loopback, None)
         }
