@@ -5,11 +5,11 @@
 //! labels, and a plotting crate with a PNG backend would bring an image stack and system
 //! fonts into the bench's build. The figure is first laid out as a list of [`Shape`]s; the
 //! SVG writer emits them as elements, the PNG writer rasterizes them (a 5x7 bitmap font,
-//! upper case) and stores the pixels in an uncompressed zlib stream, which every PNG reader
-//! accepts. The x axis is log2 of the sender count; the dashed line is the line rate measured
+//! upper case) and compresses the pixels with flate2, which hdrhistogram already brings in. The x axis is log2 of the sender count; the dashed line is the line rate measured
 //! in the same run.
 
 use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::Path;
 
 use crate::output::WriteError;
@@ -369,22 +369,12 @@ impl Canvas {
             raw.push(0);
             raw.extend_from_slice(row);
         }
-        // zlib: header, stored deflate blocks, Adler-32.
-        let mut z = vec![0x78, 0x01];
-        let mut blocks = raw.chunks(65_535).peekable();
-        while let Some(b) = blocks.next() {
-            z.push(u8::from(blocks.peek().is_none()));
-            let n = b.len() as u16;
-            z.extend_from_slice(&n.to_le_bytes());
-            z.extend_from_slice(&(!n).to_le_bytes());
-            z.extend_from_slice(b);
-        }
-        let (mut a, mut b) = (1u32, 0u32);
-        for &byte in &raw {
-            a = (a + u32::from(byte)) % 65_521;
-            b = (b + a) % 65_521;
-        }
-        z.extend_from_slice(&((b << 16) | a).to_be_bytes());
+        // zlib with flate2, already in the build for hdrhistogram's serialization.
+        let mut enc = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+        let z = enc
+            .write_all(&raw)
+            .and_then(|()| enc.finish())
+            .expect("compressing into memory cannot fail");
         let mut ihdr = Vec::with_capacity(13);
         ihdr.extend_from_slice(&(self.w as u32).to_be_bytes());
         ihdr.extend_from_slice(&(self.h as u32).to_be_bytes());
@@ -404,14 +394,7 @@ impl Canvas {
 
 /// CRC-32 (IEEE 802.3), as PNG chunks use.
 fn crc32(data: &[u8]) -> u32 {
-    let mut c = !0u32;
-    for &b in data {
-        c ^= u32::from(b);
-        for _ in 0..8 {
-            c = if c & 1 != 0 { 0xEDB8_8320 ^ (c >> 1) } else { c >> 1 };
-        }
-    }
-    !c
+    crc32fast::hash(data)
 }
 
 /// 5x7 glyph rows (bit 4 is the left column); letters are drawn upper case, and a character

@@ -308,22 +308,11 @@ fn encode_histogram(h: &Histogram<u64>) -> String {
     base64(&raw)
 }
 
-/// Standard base64 with padding (what HdrHistogram's tools read).
+/// Standard base64 with padding (what HdrHistogram's tools read). The `base64` crate is
+/// already in the build, as a dependency of hdrhistogram's serialization.
 fn base64(data: &[u8]) -> String {
-    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut s = String::with_capacity(data.len().div_ceil(3) * 4);
-    for c in data.chunks(3) {
-        let b = [c[0], *c.get(1).unwrap_or(&0), *c.get(2).unwrap_or(&0)];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for (i, shift) in [18, 12, 6, 0].into_iter().enumerate() {
-            if i <= c.len() {
-                s.push(A[(n >> shift) as usize & 63] as char);
-            } else {
-                s.push('=');
-            }
-        }
-    }
-    s
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(data)
 }
 
 #[cfg(test)]
