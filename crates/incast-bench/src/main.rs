@@ -351,6 +351,30 @@ fn layouts(c: &Common) -> Result<Vec<Layout>, CliError> {
     Ok(v)
 }
 
+impl Common {
+    /// The sweep these options describe, for these senders and strategies.
+    fn spec(
+        &self,
+        senders: Vec<usize>,
+        strategies: Vec<Strategy>,
+        buffer_hint: u64,
+        cc: &str,
+    ) -> Result<SweepSpec, CliError> {
+        Ok(SweepSpec {
+            senders,
+            layouts: layouts(self)?,
+            strategies,
+            blocks: self.blocks,
+            warmup: self.warmup,
+            max_time: self.max_time,
+            read_timeout: self.read_timeout,
+            buffer_hint,
+            cc: cc.to_owned(),
+            quiet: self.quiet,
+        })
+    }
+}
+
 fn finish(
     c: &Common,
     network: &str,
@@ -376,18 +400,9 @@ fn finish(
 }
 
 fn run_sweep(a: &SweepArgs) -> Result<(), CliError> {
-    let spec = SweepSpec {
-        senders: a.senders.clone(),
-        layouts: layouts(&a.common)?,
-        strategies: a.strategies.clone(),
-        blocks: a.common.blocks,
-        warmup: a.common.warmup,
-        max_time: a.common.max_time,
-        read_timeout: a.common.read_timeout,
-        buffer_hint: a.link.buffer,
-        cc: a.link.cc.clone(),
-        quiet: a.common.quiet,
-    };
+    let spec = a
+        .common
+        .spec(a.senders.clone(), a.strategies.clone(), a.link.buffer, &a.link.cc)?;
     let (network, tb_config) = if a.testbed {
         let tb = Testbed::up(a.link.testbed())?;
         if !a.common.quiet {
@@ -413,18 +428,9 @@ fn run_sweep(a: &SweepArgs) -> Result<(), CliError> {
 }
 
 fn run_read(a: &ReadArgs) -> Result<(), CliError> {
-    let spec = SweepSpec {
-        senders: vec![a.servers.len()],
-        layouts: layouts(&a.common)?,
-        strategies: vec![a.strategy],
-        blocks: a.common.blocks,
-        warmup: a.common.warmup,
-        max_time: a.common.max_time,
-        read_timeout: a.common.read_timeout,
-        buffer_hint: a.buffer,
-        cc: a.cc.clone(),
-        quiet: a.common.quiet,
-    };
+    let spec = a
+        .common
+        .spec(vec![a.servers.len()], vec![a.strategy], a.buffer, &a.cc)?;
     let r = sweep::run(spec, Network::Hosts(a.servers.clone()))?;
     finish(&a.common, "hosts", None, &r, "incast-bench read")
 }
@@ -573,19 +579,6 @@ fn run_demo(a: &DemoArgs) -> Result<(), CliError> {
         Err(e) => return Err(e.into()),
     };
     let name = network.name();
-    let spec = SweepSpec {
-        senders: DEMO_SENDERS.to_vec(),
-        layouts: vec![Layout::Sru(DEMO_SRU)],
-        strategies: vec![Strategy::Naive, Strategy::Default],
-        blocks: DEMO_BLOCKS,
-        warmup: 3,
-        max_time: Duration::from_secs(12),
-        read_timeout: Duration::from_secs(30),
-        buffer_hint: tb_config.buffer_bytes,
-        cc: tb_config.cc.clone(),
-        quiet: a.quiet,
-    };
-    let r = sweep::run(spec, network)?;
     let common = Common {
         sru: vec![DEMO_SRU],
         block: vec![],
@@ -598,6 +591,13 @@ fn run_demo(a: &DemoArgs) -> Result<(), CliError> {
         plot: Some(a.plot.clone()),
         quiet: a.quiet,
     };
+    let spec = common.spec(
+        DEMO_SENDERS.to_vec(),
+        vec![Strategy::Naive, Strategy::Default],
+        tb_config.buffer_bytes,
+        &tb_config.cc,
+    )?;
+    let r = sweep::run(spec, network)?;
     let title = match &tb {
         Some(t) => format!("incast-bench demo: {t}"),
         None => "incast-bench demo (loopback: no incast expected)".to_owned(),

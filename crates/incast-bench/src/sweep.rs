@@ -172,13 +172,11 @@ fn client_side(
         );
         b
     };
-    let say = |line: String| {
-        if spec.quiet {
-        } else if bar.is_hidden() {
-            eprintln!("{line}");
-        } else {
-            bar.suspend(|| eprintln!("{line}"));
-        }
+    // A hidden bar (quiet, or stderr not a terminal) would swallow `println`; print around it.
+    let say = |line: String| match (spec.quiet, bar.is_hidden()) {
+        (true, _) => {}
+        (false, true) => eprintln!("{line}"),
+        (false, false) => bar.suspend(|| eprintln!("{line}")),
     };
     let base = |strategy, senders, layout| RunSpec {
         strategy,

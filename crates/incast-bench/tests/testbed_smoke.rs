@@ -43,10 +43,8 @@ fn live_netns_links() -> Vec<String> {
     };
     for p in procs.flatten() {
         let base = p.path();
-        for link in [base.join("ns/net")] {
-            if let Ok(t) = std::fs::read_link(&link) {
-                v.push(t.to_string_lossy().into_owned());
-            }
+        if let Ok(t) = std::fs::read_link(base.join("ns/net")) {
+            v.push(t.to_string_lossy().into_owned());
         }
         if let Ok(tasks) = std::fs::read_dir(base.join("task")) {
             for t in tasks.flatten() {
