@@ -178,7 +178,8 @@ pub enum RunError {
         /// Where.
         source: pattern::Mismatch,
     },
-    /// Every warm-up block failed: the servers are unreachable.
+    /// The last warm-up block failed: the servers are unreachable or broken, and measuring
+    /// would only count failures.
     #[error("{strategy} at {senders} senders: warm-up failed: {source}")]
     Warmup {
         /// Strategy.
@@ -215,20 +216,25 @@ pub async fn measure(
         source,
     };
     let mut no = 0u64;
+    let mut last_failure = None;
     for _ in 0..spec.warmup {
         let s = stripe(&ids, spec.layout, no);
         no += 1;
         match client.fan_in_read(&s, &policy).await {
-            Ok(out) => pattern::verify(&s, &out.block).map_err(corrupt)?,
-            Err(source) if spec.warmup == 1 => {
-                return Err(RunError::Warmup {
-                    strategy: spec.strategy,
-                    senders: spec.senders,
-                    source,
-                })
+            Ok(out) => {
+                pattern::verify(&s, &out.block).map_err(corrupt)?;
+                last_failure = None;
             }
-            Err(_) => {}
+            Err(e) => last_failure = Some(e),
         }
+    }
+    // Only the last warm-up block decides: earlier failures may be connects still settling.
+    if let Some(source) = last_failure {
+        return Err(RunError::Warmup {
+            strategy: spec.strategy,
+            senders: spec.senders,
+            source,
+        });
     }
     let mut hist = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds");
     let mut m = Measurement {
