@@ -36,10 +36,12 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use incast_core::{Action, Delivery, GrantId, GrantKind, Lane, Policy, ReadError, Scheduler, SchedulerStats};
 use incast_core::{RttEstimator, ServerId, Stripe};
 use tokio::net::{TcpSocket, TcpStream};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
 
 use crate::timer::HrTimer;
 use crate::tune::{rearm_quickack, SocketTuning, TuningReport};
-use crate::wire::{self, Frame, Header, Kind, TcpCounters, WireError, HEADER_LEN};
+use crate::wire::{self, ErrorCode, Frame, Header, Kind, TcpCounters, WireError, HEADER_LEN};
 
 /// Default deadline of one read (10 s).
 pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -49,6 +51,71 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 pub const DEFAULT_MAX_BLOCK_BYTES: u64 = 4 << 30;
 /// Bytes read per `try_read` into the scratch buffer of a cancelled request.
 const SCRATCH: usize = 64 * 1024;
+/// Capacity of a read's channel of stream events (QUIC payload batches and ends).
+const STREAM_EVENTS: usize = 256;
+
+/// What a request running as its own task (a QUIC stream) reports to the read's driver.
+#[derive(Debug)]
+pub(crate) struct StreamEvent {
+    pub(crate) grant: GrantId,
+    pub(crate) kind: StreamEventKind,
+}
+
+#[derive(Debug)]
+#[cfg_attr(not(feature = "quic"), allow(dead_code))]
+pub(crate) enum StreamEventKind {
+    /// The next payload bytes of the response, in order.
+    Data(Vec<bytes::Bytes>),
+    /// The response's `End` frame.
+    End {
+        crc32c: Option<u32>,
+        counters: Option<TcpCounters>,
+        cancelled: bool,
+    },
+    /// The server answered with an `Error` frame.
+    Refused { code: ErrorCode, message: String },
+    /// The request failed; the scheduler may retry or hedge it.
+    Failed(String),
+    /// The read cannot go on.
+    Fatal(FanInError),
+}
+
+/// A request running as its own task.
+#[derive(Debug)]
+struct StreamGrant {
+    server: ServerId,
+    fragment: usize,
+    block_offset: u64,
+    len: u64,
+    received: u64,
+    crc: u32,
+    task: tokio::task::AbortHandle,
+}
+
+/// Which transport a client's requests take.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Transport {
+    /// Every request over TCP.
+    #[default]
+    Tcp,
+    /// Every request over QUIC (feature `quic`): one stream per request, loss recovery in
+    /// user space. Needs [`ClientConfigBuilder::quic`].
+    #[cfg(feature = "quic")]
+    Quic,
+    /// Requests over TCP; hedges (a grant that stalled past the RTO) over QUIC, so a TCP flow
+    /// waiting for its 200 ms kernel RTO is overtaken in about a millisecond. QUIC connections
+    /// are opened in the background when a read starts. Needs [`ClientConfigBuilder::quic`].
+    #[cfg(feature = "quic")]
+    TcpWithQuicFallback,
+}
+
+impl Transport {
+    /// Whether this transport sends anything over QUIC.
+    pub fn uses_quic(self) -> bool {
+        self != Transport::Tcp
+    }
+}
 
 /// Client settings. Build with [`ClientConfig::builder`].
 #[derive(Clone, Debug)]
@@ -59,6 +126,9 @@ pub struct ClientConfig {
     tuning: SocketTuning,
     rearm_quickack: bool,
     verify_checksums: bool,
+    transport: Transport,
+    #[cfg(feature = "quic")]
+    quic: Option<crate::quic::QuicClientConfig>,
 }
 
 impl Default for ClientConfig {
@@ -76,6 +146,10 @@ impl ClientConfig {
     pub fn read_timeout(&self) -> Duration {
         self.read_timeout
     }
+    /// The transport.
+    pub fn transport(&self) -> Transport {
+        self.transport
+    }
 }
 
 /// Why a client configuration was refused.
@@ -91,6 +165,13 @@ pub enum ClientConfigError {
         value: String,
         /// The allowed range.
         allowed: &'static str,
+    },
+    /// The transport uses QUIC but no [`ClientConfigBuilder::quic`] settings were given (there
+    /// is no default trust).
+    #[error("transport {transport:?} needs quic settings: call ClientConfigBuilder::quic")]
+    MissingQuic {
+        /// The transport asked for.
+        transport: Transport,
     },
 }
 
@@ -110,6 +191,9 @@ impl Default for ClientConfigBuilder {
                 tuning: SocketTuning::client(),
                 rearm_quickack: true,
                 verify_checksums: true,
+                transport: Transport::Tcp,
+                #[cfg(feature = "quic")]
+                quic: None,
             },
         }
     }
@@ -149,9 +233,27 @@ impl ClientConfigBuilder {
         self.cfg.verify_checksums = on;
         self
     }
+    /// The transport. Default [`Transport::Tcp`].
+    pub fn transport(mut self, t: Transport) -> Self {
+        self.cfg.transport = t;
+        self
+    }
+    /// QUIC settings: whom to trust and how to tune connections (feature `quic`). Required by
+    /// the QUIC transports.
+    #[cfg(feature = "quic")]
+    pub fn quic(mut self, q: crate::quic::QuicClientConfig) -> Self {
+        self.cfg.quic = Some(q);
+        self
+    }
     /// Checks every field.
     pub fn build(self) -> Result<ClientConfig, ClientConfigError> {
         let c = &self.cfg;
+        #[cfg(feature = "quic")]
+        if c.transport.uses_quic() && c.quic.is_none() {
+            return Err(ClientConfigError::MissingQuic {
+                transport: c.transport,
+            });
+        }
         let ms = Duration::from_millis(1);
         let bad = |field, value: String, allowed| Err(ClientConfigError::OutOfRange { field, value, allowed });
         if c.read_timeout < ms || c.read_timeout > Duration::from_secs(3600) {
@@ -204,6 +306,11 @@ pub enum FanInError {
     /// The high-resolution timer could not be created or armed.
     #[error("timer: {0}")]
     Timer(#[source] io::Error),
+    /// QUIC could not be used: a refused certificate, the server's stream limit, a TLS or
+    /// endpoint setup problem. (A lost QUIC connection is retried like a lost TCP one.)
+    #[cfg(feature = "quic")]
+    #[error(transparent)]
+    Quic(#[from] crate::quic::QuicError),
 }
 
 fn list(servers: &[ServerId]) -> String {
@@ -252,6 +359,14 @@ pub struct ReadReport {
     pub drained_bytes: u64,
     /// TCP_QUICKACK re-arms the kernel refused.
     pub quickack_errors: u64,
+    /// Requests sent over QUIC.
+    pub quic_requests: u32,
+    /// Packets quinn declared lost on the servers' side of the QUIC connections, as the
+    /// servers reported them (counted once per server connection, like `retransmits`).
+    pub quic_lost_packets: u64,
+    /// Loss-recovery episodes (quinn's congestion events) on the servers' side of the QUIC
+    /// connections: QUIC's counterpart of `kernel_rtos`.
+    pub quic_loss_events: u64,
 }
 
 /// A read's result: the block, in one buffer, and the report.
@@ -282,6 +397,8 @@ pub struct ReadOutput {
 pub struct Client {
     addrs: HashMap<ServerId, SocketAddr>,
     config: ClientConfig,
+    #[cfg(feature = "quic")]
+    quic: Option<Arc<crate::quic::QuicClient>>,
     idle: Mutex<HashMap<(ServerId, Lane), Vec<Conn>>>,
     last_tuning: Mutex<Option<String>>,
     reads: AtomicU64,
@@ -299,6 +416,11 @@ impl Client {
     pub fn with_config(addrs: impl IntoIterator<Item = (ServerId, SocketAddr)>, config: ClientConfig) -> Self {
         Self {
             addrs: addrs.into_iter().collect(),
+            #[cfg(feature = "quic")]
+            quic: config
+                .quic
+                .clone()
+                .map(|q| Arc::new(crate::quic::QuicClient::new(q, config.connect_timeout))),
             config,
             idle: Mutex::new(HashMap::new()),
             last_tuning: Mutex::new(None),
@@ -312,7 +434,14 @@ impl Client {
         self.last_tuning.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// Idle pooled connections.
+    /// The UDP socket buffer sizes (receive, send) the kernel granted this client's QUIC
+    /// endpoint, once it exists.
+    #[cfg(feature = "quic")]
+    pub fn quic_udp_buffers(&self) -> Option<(usize, usize)> {
+        self.quic.as_ref().and_then(|q| q.udp_buffers())
+    }
+
+    /// Idle pooled TCP connections.
     pub fn idle_connections(&self) -> usize {
         self.idle
             .lock()
@@ -340,6 +469,14 @@ impl Client {
             }
         }
         let seed = self.reads.fetch_add(1, Ordering::Relaxed) ^ (u64::from(std::process::id()) << 32);
+        #[cfg(feature = "quic")]
+        if let (Transport::TcpWithQuicFallback, Some(q)) = (self.config.transport, &self.quic) {
+            let flow = crate::quic::Flow::of(policy);
+            for s in stripe.fragments().iter().map(|f| f.server()) {
+                q.prewarm(s, self.addrs[&s], flow);
+            }
+        }
+        let (events_tx, events) = mpsc::channel(STREAM_EVENTS);
         let mut d = Driver {
             client: self,
             stripe,
@@ -360,6 +497,14 @@ impl Client {
             },
             start,
             last_cause: String::new(),
+            streams: HashMap::new(),
+            tasks: JoinSet::new(),
+            events,
+            events_tx,
+            #[cfg(feature = "quic")]
+            flow: crate::quic::Flow::of(policy),
+            #[cfg(feature = "quic")]
+            fell_back: Default::default(),
         };
         let result = d.run().await;
         d.report.elapsed = start.elapsed();
@@ -451,6 +596,18 @@ struct Driver<'a> {
     report: ReadReport,
     start: Instant,
     last_cause: String,
+    /// Requests running as tasks (QUIC streams), by grant.
+    streams: HashMap<GrantId, StreamGrant>,
+    tasks: JoinSet<()>,
+    events: mpsc::Receiver<StreamEvent>,
+    /// Kept so `events` never reports a closed channel while the read runs.
+    #[cfg_attr(not(feature = "quic"), allow(dead_code))]
+    events_tx: mpsc::Sender<StreamEvent>,
+    #[cfg(feature = "quic")]
+    flow: crate::quic::Flow,
+    /// Servers whose requests go over QUIC for the rest of this read (see `over_quic`).
+    #[cfg(feature = "quic")]
+    fell_back: std::collections::HashSet<ServerId>,
 }
 
 /// What a burst of reading on one connection ended with.
@@ -483,6 +640,14 @@ impl Driver<'_> {
                     self.conns[i].waiting = false;
                     self.on_readable(i);
                 }
+                Some(ev) = self.events.recv() => {
+                    self.on_stream_event(ev)?;
+                    // Drain what else is queued before polling the rest again.
+                    while let Ok(ev) = self.events.try_recv() {
+                        self.on_stream_event(ev)?;
+                    }
+                    while self.tasks.try_join_next().is_some() {}
+                }
                 fired = timer.fired() => {
                     fired.map_err(FanInError::Timer)?;
                     // Bytes already in a socket are progress: read them before judging stalls,
@@ -494,6 +659,7 @@ impl Driver<'_> {
                 _ = &mut overall => {
                     let mut waiting_on: Vec<ServerId> =
                         self.conns.iter().filter(|c| c.inflight.iter().any(|f| f.grant.is_some())).map(|c| c.server).collect();
+                    waiting_on.extend(self.streams.values().map(|s| s.server));
                     waiting_on.sort_unstable();
                     waiting_on.dedup();
                     return Err(FanInError::Timeout { after: self.client.config.read_timeout, waiting_on });
@@ -515,6 +681,10 @@ impl Driver<'_> {
         while let Some(action) = self.sched.poll_action(Instant::now()) {
             match action {
                 Action::Request(g) => {
+                    if self.over_quic(&g) {
+                        self.start_stream(&g);
+                        continue;
+                    }
                     let i = match self.conn(g.server, g.lane).await {
                         Ok(i) => i,
                         Err(cause) => {
@@ -544,6 +714,11 @@ impl Driver<'_> {
                     touched.push(i);
                 }
                 Action::Cancel { id, .. } => {
+                    if let Some(s) = self.streams.remove(&id) {
+                        // Aborting the task drops its stream: quinn sends STOP_SENDING.
+                        s.task.abort();
+                        continue;
+                    }
                     let Some(i) = self.grant_conn.remove(&id) else { continue };
                     let c = &mut self.conns[i];
                     if let Some(f) = c.inflight.iter_mut().find(|f| f.grant == Some(id)) {
@@ -558,6 +733,152 @@ impl Driver<'_> {
             self.flush(i).await;
             self.watch(i);
         }
+    }
+
+    /// Whether grant `g` goes over QUIC. With the fallback, a hedge does, and so does every
+    /// later grant to a server that needed one in this read: its TCP connection is stuck
+    /// behind a lost segment until the kernel's RTO, and requests queued on it would stall too.
+    #[cfg_attr(not(feature = "quic"), allow(unused_variables))]
+    fn over_quic(&mut self, g: &incast_core::Grant) -> bool {
+        match self.client.config.transport {
+            Transport::Tcp => false,
+            #[cfg(feature = "quic")]
+            Transport::Quic => true,
+            #[cfg(feature = "quic")]
+            Transport::TcpWithQuicFallback => {
+                if g.kind == GrantKind::Hedge {
+                    self.fell_back.insert(g.server);
+                }
+                self.fell_back.contains(&g.server)
+            }
+        }
+    }
+
+    /// Starts grant `g` as a QUIC stream task.
+    #[cfg(feature = "quic")]
+    fn start_stream(&mut self, g: &incast_core::Grant) {
+        let Some(q) = self.client.quic.clone() else {
+            unreachable!("ClientConfigBuilder::build refuses QUIC transports without quic settings")
+        };
+        let fr = &mut self.report.fragments[g.fragment];
+        fr.grants += 1;
+        fr.hedges += u32::from(g.kind == GrantKind::Hedge);
+        self.report.quic_requests += 1;
+        let req = crate::quic::StreamRequest {
+            grant: g.id,
+            server: g.server,
+            addr: self.client.addrs[&g.server],
+            flow: self.flow,
+            key: self.stripe.fragment(g.fragment).key().to_owned(),
+            offset: g.object_offset,
+            len: g.len,
+        };
+        let task = self
+            .tasks
+            .spawn(crate::quic::run_request(q, req, self.events_tx.clone()));
+        self.streams.insert(
+            g.id,
+            StreamGrant {
+                server: g.server,
+                fragment: g.fragment,
+                block_offset: g.block_offset,
+                len: g.len,
+                received: 0,
+                crc: 0,
+                task,
+            },
+        );
+    }
+
+    #[cfg(not(feature = "quic"))]
+    fn start_stream(&mut self, _g: &incast_core::Grant) {
+        unreachable!("only QUIC grants run as stream tasks")
+    }
+
+    /// Applies what a stream task reported.
+    fn on_stream_event(&mut self, ev: StreamEvent) -> Result<(), FanInError> {
+        let now = Instant::now();
+        let g = ev.grant;
+        // Events of a cancelled request are late: drop them.
+        let Some(s) = self.streams.get_mut(&g) else { return Ok(()) };
+        let server = s.server;
+        match ev.kind {
+            StreamEventKind::Data(chunks) => {
+                let start = s.received;
+                for c in &chunks {
+                    let at = (s.block_offset + s.received) as usize;
+                    // The task checks lengths against the request; this keeps the block safe
+                    // whatever it does.
+                    if s.received + c.len() as u64 > s.len {
+                        let why = format!("{server} sent more data than a quic request asked for");
+                        return Ok(self.fail_stream(g, why));
+                    }
+                    self.block[at..at + c.len()].copy_from_slice(c);
+                    s.crc = crc32c::crc32c_append(s.crc, c);
+                    s.received += c.len() as u64;
+                }
+                let n = s.received - start;
+                let fragment = s.fragment;
+                if n > 0 {
+                    if let Err(e) = self.sched.on_bytes(now, g, n) {
+                        return Ok(self.fail_stream(g, format!("{server}: {e}")));
+                    }
+                    self.report.fragments[fragment].first_byte.get_or_insert(now - self.start);
+                }
+            }
+            StreamEventKind::End {
+                crc32c,
+                counters,
+                cancelled,
+            } => {
+                let s = self.streams.remove(&g).expect("looked up above");
+                if let Some(c) = counters {
+                    // Already made per-request deltas by the task (see `quic::client`).
+                    self.report.quic_loss_events += u64::from(c.rtos);
+                    self.report.quic_lost_packets += u64::from(c.retransmits);
+                }
+                let checksum_ok = !self.client.config.verify_checksums || crc32c.is_none_or(|crc| crc == s.crc);
+                if cancelled || s.received != s.len || !checksum_ok {
+                    self.last_cause = if !checksum_ok {
+                        self.report.checksum_failures += 1;
+                        format!("{server}: checksum mismatch on {} bytes over quic", s.len)
+                    } else {
+                        format!("{server} ended a quic response after {} of {} bytes", s.received, s.len)
+                    };
+                    let _ = self.sched.on_failed(now, g);
+                    return Ok(());
+                }
+                match self.sched.on_done(now, g) {
+                    Ok(()) => {
+                        let fr = &mut self.report.fragments[s.fragment];
+                        fr.server = Some(server);
+                        fr.bytes += s.len;
+                        fr.done = Some(now - self.start);
+                    }
+                    Err(e) => {
+                        self.last_cause = format!("{server}: {e}");
+                        let _ = self.sched.on_failed(now, g);
+                    }
+                }
+            }
+            StreamEventKind::Refused { code, message } => {
+                self.streams.remove(&g);
+                self.last_cause = format!("{server} answered {code:?}: {message}");
+                let _ = self.sched.on_failed(now, g);
+            }
+            StreamEventKind::Failed(why) => self.fail_stream(g, why),
+            StreamEventKind::Fatal(e) => return Err(e),
+        }
+        Ok(())
+    }
+
+    /// Ends stream grant `g` as failed.
+    fn fail_stream(&mut self, g: GrantId, why: String) {
+        if let Some(s) = self.streams.remove(&g) {
+            s.task.abort();
+        }
+        self.last_cause = why;
+        let _ = self.sched.on_failed(Instant::now(), g);
     }
 
     /// The connection for (server, lane): this read's, a pooled one, or a new one.

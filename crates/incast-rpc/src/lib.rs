@@ -23,6 +23,8 @@ compile_error!("incast-rpc needs Linux (TCP_INFO, TCP_WINDOW_CLAMP, timerfd)");
 pub use incast_core as core;
 
 pub mod client;
+#[cfg(feature = "quic")]
+pub mod quic;
 pub mod server;
 pub mod store;
 mod sys;
@@ -33,6 +35,7 @@ pub mod wire;
 
 pub use client::{
     Client, ClientConfig, ClientConfigBuilder, ClientConfigError, FanInError, FragmentReport, ReadOutput, ReadReport,
+    Transport,
 };
 pub use server::{serve, ServerConfig, ServerConfigBuilder, ServerConfigError, ServerHandle, ServerStats};
 pub use store::{FileStore, FragmentStore, MemStore, StoreError};

@@ -30,7 +30,9 @@ use tokio::task::{JoinHandle, JoinSet};
 use crate::store::{FragmentStore, StoreError};
 use crate::tcpinfo::TcpInfo;
 use crate::tune::SocketTuning;
-use crate::wire::{ErrorCode, Frame, Header, Kind, WireError, HEADER_LEN, MAX_CONTROL_PAYLOAD, MAX_DATA_PAYLOAD};
+use crate::wire::{
+    ErrorCode, Frame, Header, Kind, TcpCounters, WireError, HEADER_LEN, MAX_CONTROL_PAYLOAD, MAX_DATA_PAYLOAD,
+};
 
 /// Default connection limit (1024).
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
@@ -72,6 +74,8 @@ pub struct ServerConfig {
     tuning: SocketTuning,
     shutdown_grace: Duration,
     frame_timeout: Duration,
+    #[cfg(feature = "quic")]
+    quic: Option<crate::quic::QuicServerConfig>,
 }
 
 impl Default for ServerConfig {
@@ -101,6 +105,14 @@ impl ServerConfig {
     pub fn data_frame_bytes(&self) -> u32 {
         self.data_frame_bytes
     }
+    /// Time the rest of a frame may take once it started (over QUIC: the request of a stream).
+    pub fn frame_timeout(&self) -> Duration {
+        self.frame_timeout
+    }
+    /// Time a shutdown lets running requests finish.
+    pub fn shutdown_grace(&self) -> Duration {
+        self.shutdown_grace
+    }
 }
 
 /// Builds a [`ServerConfig`].
@@ -121,6 +133,8 @@ impl Default for ServerConfigBuilder {
                 tuning: SocketTuning::server(),
                 shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
                 frame_timeout: DEFAULT_FRAME_TIMEOUT,
+                #[cfg(feature = "quic")]
+                quic: None,
             },
         }
     }
@@ -168,6 +182,13 @@ impl ServerConfigBuilder {
     /// Default [`DEFAULT_FRAME_TIMEOUT`]; range 1 ms ..= 1 hour.
     pub fn frame_timeout(mut self, d: Duration) -> Self {
         self.cfg.frame_timeout = d;
+        self
+    }
+    /// Also serve QUIC, on UDP at the same port number as TCP (feature `quic`). Default off.
+    /// The connection, stream and request bounds of this configuration apply to QUIC too.
+    #[cfg(feature = "quic")]
+    pub fn quic(mut self, q: crate::quic::QuicServerConfig) -> Self {
+        self.cfg.quic = Some(q);
         self
     }
     /// Checks every field.
@@ -224,7 +245,9 @@ pub struct ServerStats {
 pub struct ServerHandle {
     addr: SocketAddr,
     shutdown: watch::Sender<bool>,
-    accept: JoinHandle<()>,
+    accept: Option<JoinHandle<()>>,
+    #[cfg(feature = "quic")]
+    quic: Option<crate::quic::ServerTask>,
     stats: Arc<ServerStats>,
     tuning: Arc<Mutex<Option<String>>>,
 }
@@ -242,15 +265,33 @@ impl ServerHandle {
     pub fn tuning_report(&self) -> Option<String> {
         self.tuning.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
+    /// The UDP socket buffer sizes (receive, send) the kernel granted the QUIC endpoint, if
+    /// the server serves QUIC.
+    #[cfg(feature = "quic")]
+    pub fn quic_udp_buffers(&self) -> Option<(usize, usize)> {
+        self.quic.as_ref().map(|q| q.udp_buffers)
+    }
     /// Stops accepting, lets queued requests finish for up to the grace period, then closes
     /// every connection.
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
-        let _ = self.accept.await;
+        if let Some(accept) = self.accept {
+            let _ = accept.await;
+        }
+        #[cfg(feature = "quic")]
+        if let Some(q) = self.quic {
+            q.finish().await;
+        }
     }
     /// Closes everything at once, as a crash would (clients see resets or EOF mid-response).
     pub fn abort(self) {
-        self.accept.abort();
+        if let Some(accept) = self.accept {
+            accept.abort();
+        }
+        #[cfg(feature = "quic")]
+        if let Some(q) = self.quic {
+            q.abort();
+        }
     }
 }
 
@@ -266,9 +307,20 @@ impl ServerHandle {
 /// server.shutdown().await;
 /// # Ok(()) }
 /// ```
+///
+/// With [`ServerConfigBuilder::quic`] it also serves QUIC on UDP at the same port number; when
+/// `addr` has port 0 it picks a port free for both.
 pub async fn serve<S: FragmentStore>(addr: SocketAddr, store: S, config: ServerConfig) -> io::Result<ServerHandle> {
-    let listener = TcpListener::bind(addr).await?;
-    let addr = listener.local_addr()?;
+    start(addr, store, config, true).await
+}
+
+/// Starts the TCP listener (if `tcp`) and the QUIC endpoint (if configured).
+pub(crate) async fn start<S: FragmentStore>(
+    addr: SocketAddr,
+    store: S,
+    config: ServerConfig,
+    tcp: bool,
+) -> io::Result<ServerHandle> {
     let (tx, rx) = watch::channel(false);
     let stats = Arc::new(ServerStats::default());
     let tuning = Arc::new(Mutex::new(None));
@@ -278,21 +330,72 @@ pub async fn serve<S: FragmentStore>(addr: SocketAddr, store: S, config: ServerC
         stats: stats.clone(),
         tuning: tuning.clone(),
     });
+    #[cfg(feature = "quic")]
+    if let Some(q) = ctx.cfg.quic.clone() {
+        // Port 0: take a TCP port, then the same UDP port; retry if UDP has it taken.
+        let tries = if addr.port() == 0 && tcp { 32 } else { 1 };
+        for attempt in 1..=tries {
+            let listener = if tcp { Some(TcpListener::bind(addr).await?) } else { None };
+            let at = match &listener {
+                Some(l) => l.local_addr()?,
+                None => addr,
+            };
+            let quic = match crate::quic::spawn_server(at, ctx.clone(), &q, rx.clone()) {
+                Ok(task) => task,
+                Err(e) if e.kind() == io::ErrorKind::AddrInUse && attempt < tries => continue,
+                Err(e) => return Err(e),
+            };
+            let addr = quic.local_addr;
+            let accept = listener.map(|l| tokio::spawn(accept_loop(l, ctx.clone(), rx.clone())));
+            return Ok(ServerHandle {
+                addr,
+                shutdown: tx,
+                accept,
+                quic: Some(quic),
+                stats,
+                tuning,
+            });
+        }
+        unreachable!("the last attempt returns");
+    }
+    if !tcp {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "no transport to serve: the configuration has no quic settings",
+        ));
+    }
+    let listener = TcpListener::bind(addr).await?;
+    let addr = listener.local_addr()?;
     let accept = tokio::spawn(accept_loop(listener, ctx, rx));
     Ok(ServerHandle {
         addr,
         shutdown: tx,
-        accept,
+        accept: Some(accept),
+        #[cfg(feature = "quic")]
+        quic: None,
         stats,
         tuning,
     })
 }
 
-struct Ctx<S> {
-    store: S,
-    cfg: ServerConfig,
-    stats: Arc<ServerStats>,
+/// What every connection task of a server shares (TCP and QUIC alike).
+pub(crate) struct Ctx<S> {
+    pub(crate) store: S,
+    pub(crate) cfg: ServerConfig,
+    pub(crate) stats: Arc<ServerStats>,
     tuning: Arc<Mutex<Option<String>>>,
+}
+
+/// Where a response is written: a TCP socket or a QUIC stream. `counters` fills the `End`
+/// frame's transport counters.
+pub(crate) trait Sink: AsyncWrite + Unpin + Send {
+    fn counters(&self) -> Option<TcpCounters>;
+}
+
+impl Sink for OwnedWriteHalf {
+    fn counters(&self) -> Option<TcpCounters> {
+        TcpInfo::of(self.as_ref()).ok().map(|i| i.counters())
+    }
 }
 
 async fn accept_loop<S: FragmentStore>(listener: TcpListener, ctx: Arc<Ctx<S>>, mut shutdown: watch::Receiver<bool>) {
@@ -516,7 +619,14 @@ async fn write_responses<S: FragmentStore>(
                 .await
             }
             Item::Request { id, key, offset, len } => {
-                let r = respond(&mut wr, &mut buf, &pending, ctx, id, &key, offset, len).await;
+                let cancelled = || {
+                    pending
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .cancelled
+                        .contains(&id)
+                };
+                let r = respond(&mut wr, &mut buf, &cancelled, ctx, id, &key, offset, len).await;
                 let mut p = pending.lock().unwrap_or_else(|e| e.into_inner());
                 p.queued.remove(&id);
                 p.cancelled.remove(&id);
@@ -530,28 +640,23 @@ async fn write_responses<S: FragmentStore>(
     let _ = wr.shutdown().await;
 }
 
+/// Answers one request on `wr`: the data frames and an `End`, or an `Error` frame.
+/// `cancelled` is asked before every frame.
 #[allow(clippy::too_many_arguments)]
-async fn respond<S: FragmentStore>(
-    wr: &mut OwnedWriteHalf,
+pub(crate) async fn respond<S: FragmentStore, W: Sink>(
+    wr: &mut W,
     buf: &mut Vec<u8>,
-    pending: &Mutex<Pending>,
+    cancelled: &(dyn Fn() -> bool + Sync),
     ctx: &Ctx<S>,
     id: u64,
     key: &str,
     offset: u64,
     len: u64,
 ) -> io::Result<()> {
-    let cancelled = || {
-        pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .cancelled
-            .contains(&id)
-    };
-    let end = |crc32c, cancelled, wr: &OwnedWriteHalf| Frame::End {
+    let end = |crc32c, cancelled, wr: &W| Frame::End {
         id,
         crc32c,
-        counters: TcpInfo::of(wr.as_ref()).ok().map(|i| i.counters()),
+        counters: wr.counters(),
         cancelled,
     };
     if cancelled() {
@@ -612,7 +717,7 @@ async fn respond<S: FragmentStore>(
     send(wr, buf, end(ctx.cfg.checksums.then_some(crc), false, wr)).await
 }
 
-fn truncate(mut s: String) -> String {
+pub(crate) fn truncate(mut s: String) -> String {
     if s.len() > crate::wire::MAX_ERROR_MESSAGE {
         let mut cut = crate::wire::MAX_ERROR_MESSAGE;
         while !s.is_char_boundary(cut) {
@@ -623,7 +728,7 @@ fn truncate(mut s: String) -> String {
     s
 }
 
-async fn send(wr: &mut OwnedWriteHalf, buf: &mut Vec<u8>, frame: Frame) -> io::Result<()> {
+pub(crate) async fn send<W: AsyncWrite + Unpin>(wr: &mut W, buf: &mut Vec<u8>, frame: Frame) -> io::Result<()> {
     buf.clear();
     frame.encode(buf);
     wr.write_all(buf).await

@@ -1,0 +1,392 @@
+//! The QUIC side of the client: a pool of connections (one per server and flow-control
+//! setting, shared by concurrent reads) and the task that runs one request stream.
+//!
+//! A request task parses the response frames itself and hands the driver of the read batches
+//! of payload (`Bytes` that quinn already owns, split at frame boundaries without copying):
+//! the driver copies them into the block and tells the scheduler, exactly as it does for bytes
+//! read from a TCP socket. A task never outlives its read: the read's `JoinSet` aborts it, and
+//! dropping its stream sends `STOP_SENDING`, which is how a QUIC request is cancelled.
+
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, Bytes};
+use futures_util::FutureExt;
+use incast_core::{GrantId, Policy, ServerId};
+use quinn::{Connection, Endpoint, RecvStream};
+use tokio::sync::mpsc;
+
+use super::{transport_config, udp_socket, Knobs, QuicClientConfig, QuicError};
+use crate::client::{StreamEvent, StreamEventKind};
+use crate::wire::{self, Frame, Header, Kind, HEADER_LEN};
+
+/// The request id used on every stream (one request per stream).
+const STREAM_REQUEST_ID: u64 = 1;
+/// Payload bytes gathered before they are handed to the driver even if more are ready.
+const BATCH_BYTES: usize = 256 << 10;
+
+/// The flow-control and RTT settings a read's policy asks of a connection. Connections are
+/// pooled per (server, flow), so a read never inherits windows set for another policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Flow {
+    window: Option<u32>,
+    initial_rtt: Duration,
+}
+
+impl Flow {
+    pub(crate) fn of(policy: &Policy) -> Self {
+        Self {
+            window: policy.window_cap_bytes(),
+            // quinn's first PTO is about 3x its initial RTT (see the module docs).
+            initial_rtt: (policy.rto().initial() / 3).max(Duration::from_micros(100)),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Slot {
+    conn: tokio::sync::Mutex<Option<Connection>>,
+    open: AtomicUsize,
+    /// The server's cumulative (loss events, lost packets) of this connection last reported,
+    /// so each response reports only what happened since.
+    seen: Mutex<(u32, u32)>,
+}
+
+/// The client's QUIC endpoints and connection pool.
+#[derive(Debug)]
+pub(crate) struct QuicClient {
+    cfg: QuicClientConfig,
+    connect_timeout: Duration,
+    endpoints: Mutex<HashMap<bool, Endpoint>>,
+    slots: Mutex<HashMap<(ServerId, Flow), Arc<Slot>>>,
+    udp_buffers: Mutex<Option<(usize, usize)>>,
+}
+
+impl QuicClient {
+    pub(crate) fn new(cfg: QuicClientConfig, connect_timeout: Duration) -> Self {
+        Self {
+            cfg,
+            connect_timeout,
+            endpoints: Mutex::new(HashMap::new()),
+            slots: Mutex::new(HashMap::new()),
+            udp_buffers: Mutex::new(None),
+        }
+    }
+
+    /// The UDP buffer sizes (receive, send) the kernel granted the client's endpoint.
+    pub(crate) fn udp_buffers(&self) -> Option<(usize, usize)> {
+        *self.udp_buffers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The endpoint for the address family of `addr`, created on first use (on the calling
+    /// runtime, in the calling thread's network namespace).
+    fn endpoint(&self, addr: SocketAddr) -> Result<Endpoint, QuicError> {
+        let v6 = addr.is_ipv6();
+        let mut eps = self.endpoints.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = eps.get(&v6) {
+            return Ok(e.clone());
+        }
+        let local: SocketAddr = if v6 {
+            (Ipv6Addr::UNSPECIFIED, 0).into()
+        } else {
+            (Ipv4Addr::UNSPECIFIED, 0).into()
+        };
+        let err = |source| QuicError::Endpoint { addr: local, source };
+        let (sock, sizes) = udp_socket(local, self.cfg.udp_buffer).map_err(err)?;
+        let ep = Endpoint::new(
+            quinn::EndpointConfig::default(),
+            None,
+            sock,
+            Arc::new(quinn::TokioRuntime),
+        )
+        .map_err(err)?;
+        *self.udp_buffers.lock().unwrap_or_else(|e| e.into_inner()) = Some(sizes);
+        eps.insert(v6, ep.clone());
+        Ok(ep)
+    }
+
+    fn slot(&self, server: ServerId, flow: Flow) -> Arc<Slot> {
+        self.slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry((server, flow))
+            .or_default()
+            .clone()
+    }
+
+    /// A live connection to `server` for `flow`: the pooled one, or a new one (concurrent
+    /// callers wait for the same handshake).
+    async fn connection(&self, server: ServerId, addr: SocketAddr, flow: Flow) -> Result<(Connection, Arc<Slot>), QuicError> {
+        let slot = self.slot(server, flow);
+        let mut guard = slot.conn.lock().await;
+        if let Some(c) = guard.as_ref().filter(|c| c.close_reason().is_none()) {
+            let c = c.clone();
+            drop(guard);
+            return Ok((c, slot));
+        }
+        let conn = self.connect(server, addr, flow).await?;
+        *guard = Some(conn.clone());
+        *slot.seen.lock().unwrap_or_else(|e| e.into_inner()) = (0, 0);
+        drop(guard);
+        Ok((conn, slot))
+    }
+
+    async fn connect(&self, server: ServerId, addr: SocketAddr, flow: Flow) -> Result<Connection, QuicError> {
+        let endpoint = self.endpoint(addr)?;
+        let (tls, verifier) = self.cfg.trust.client_crypto()?;
+        let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls)
+            .map_err(|e| QuicError::Tls(super::TlsError::Config(e.to_string())))?;
+        let mut cc = quinn::ClientConfig::new(Arc::new(crypto));
+        cc.transport_config(Arc::new(transport_config(&Knobs {
+            initial_rtt: flow.initial_rtt,
+            max_ack_delay: self.cfg.max_ack_delay,
+            congestion: self.cfg.congestion,
+            stream_window: flow.window,
+            conn_window: flow.window.map(u64::from),
+            max_bidi_streams: 0,
+            idle_timeout: self.cfg.idle_timeout,
+        })));
+        let name = self.cfg.server_name.clone().unwrap_or_else(|| addr.ip().to_string());
+        let connecting = endpoint
+            .connect_with(cc, addr, &name)
+            .map_err(|source| QuicError::Connect { server, addr, source })?;
+        match tokio::time::timeout(self.connect_timeout, connecting).await {
+            Ok(Ok(conn)) => Ok(conn),
+            Ok(Err(source)) => Err(match verifier.refused() {
+                Some(problem) => QuicError::Certificate {
+                    server,
+                    addr,
+                    name,
+                    problem,
+                },
+                None => QuicError::Connection { server, addr, source },
+            }),
+            Err(_) => Err(QuicError::ConnectTimeout {
+                server,
+                addr,
+                after: self.connect_timeout,
+            }),
+        }
+    }
+
+    /// Starts the handshake with `server` in the background if no connection is pooled, so
+    /// the first hedge that falls back to QUIC does not pay for it.
+    pub(crate) fn prewarm(self: &Arc<Self>, server: ServerId, addr: SocketAddr, flow: Flow) {
+        let slot = self.slot(server, flow);
+        if let Ok(guard) = slot.conn.try_lock() {
+            if guard.as_ref().is_some_and(|c| c.close_reason().is_none()) {
+                return;
+            }
+        }
+        let me = self.clone();
+        tokio::spawn(async move {
+            // Errors show up again, typed, when a request needs the connection.
+            let _ = me.connection(server, addr, flow).await;
+        });
+    }
+}
+
+/// Decrements a slot's open-stream count when a request ends.
+struct Open<'a>(&'a AtomicUsize);
+
+impl Drop for Open<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// What one request stream needs to know.
+pub(crate) struct StreamRequest {
+    pub(crate) grant: GrantId,
+    pub(crate) server: ServerId,
+    pub(crate) addr: SocketAddr,
+    pub(crate) flow: Flow,
+    pub(crate) key: String,
+    pub(crate) offset: u64,
+    pub(crate) len: u64,
+}
+
+/// Runs one request over QUIC and reports to the read's driver through `tx`.
+pub(crate) async fn run_request(client: Arc<QuicClient>, req: StreamRequest, tx: mpsc::Sender<StreamEvent>) {
+    let grant = req.grant;
+    if let Err(kind) = request(&client, &req, &tx).await {
+        let _ = tx.send(StreamEvent { grant, kind }).await;
+    }
+}
+
+async fn request(client: &QuicClient, req: &StreamRequest, tx: &mpsc::Sender<StreamEvent>) -> Result<(), StreamEventKind> {
+    let server = req.server;
+    let (conn, slot) = client.connection(server, req.addr, req.flow).await.map_err(|e| match e {
+        // The path or the server may come back: let the scheduler retry or hedge.
+        QuicError::Connection { .. } | QuicError::ConnectTimeout { .. } => StreamEventKind::Failed(e.to_string()),
+        // Configuration and trust problems do not heal: end the read, typed.
+        e => StreamEventKind::Fatal(crate::FanInError::Quic(e)),
+    })?;
+    let open = slot.open.fetch_add(1, Ordering::Relaxed) + 1;
+    let _open = Open(&slot.open);
+    let start = Instant::now();
+    let opening = conn.open_bi();
+    tokio::pin!(opening);
+    let opened = match (&mut opening).now_or_never() {
+        Some(r) => r,
+        // No stream credit: the server's limit is reached. Wait a bounded time, then say so.
+        None => match tokio::time::timeout(client.cfg.stream_wait, opening).await {
+            Ok(r) => r,
+            Err(_) => {
+                return Err(StreamEventKind::Fatal(crate::FanInError::Quic(QuicError::StreamLimit {
+                    server,
+                    open,
+                    waited: start.elapsed(),
+                })))
+            }
+        },
+    };
+    let failed = |what: &str, e: &dyn std::fmt::Display| StreamEventKind::Failed(format!("{server}: quic {what}: {e}"));
+    let (mut send, recv) = opened.map_err(|e| failed("opening a stream", &e))?;
+    let mut out = Vec::with_capacity(64 + req.key.len());
+    wire::encode_request(&mut out, STREAM_REQUEST_ID, &req.key, req.offset, req.len);
+    send.write_all(&out).await.map_err(|e| failed("sending a request", &e))?;
+    send.finish().map_err(|e| failed("finishing a request", &e))?;
+    let mut r = Reader {
+        recv,
+        cur: Bytes::new(),
+        batch: Vec::new(),
+        batched: 0,
+        grant: req.grant,
+        tx,
+        server,
+    };
+    let mut got = 0u64;
+    loop {
+        let mut head = [0u8; HEADER_LEN];
+        r.fill(&mut head).await?;
+        let h = Header::decode(&head).map_err(|e| failed("response", &e))?;
+        if h.id != STREAM_REQUEST_ID && !(h.kind == Kind::Error && h.id == 0) {
+            return Err(failed("response", &format!("frame for request {}, expected {STREAM_REQUEST_ID}", h.id)));
+        }
+        match h.kind {
+            Kind::Data => {
+                if got + u64::from(h.len) > req.len {
+                    return Err(failed("response", &format!("more data than the {} bytes asked for", req.len)));
+                }
+                got += u64::from(h.len);
+                r.data(h.len as usize).await?;
+            }
+            Kind::End | Kind::Error => {
+                // Bounded by `Header::decode`: control frames are at most 2 KiB.
+                let mut body = vec![0u8; h.len as usize];
+                r.fill(&mut body).await?;
+                r.flush().await?;
+                let frame = Frame::decode_payload(&h, body.into()).map_err(|e| failed("response", &e))?;
+                let kind = match frame {
+                    Frame::End {
+                        crc32c,
+                        counters,
+                        cancelled,
+                        ..
+                    } => StreamEventKind::End {
+                        crc32c,
+                        counters: counters.map(|c| {
+                            let mut seen = slot.seen.lock().unwrap_or_else(|e| e.into_inner());
+                            let delta = (c.rtos.saturating_sub(seen.0), c.retransmits.saturating_sub(seen.1));
+                            *seen = (seen.0.max(c.rtos), seen.1.max(c.retransmits));
+                            crate::wire::TcpCounters {
+                                rtos: delta.0,
+                                retransmits: delta.1,
+                                ..c
+                            }
+                        }),
+                        cancelled,
+                    },
+                    Frame::Error { code, message, .. } => StreamEventKind::Refused { code, message },
+                    _ => unreachable!("End and Error headers decode to End and Error frames"),
+                };
+                let _ = tx.send(StreamEvent { grant: req.grant, kind }).await;
+                return Ok(());
+            }
+            kind => return Err(failed("response", &crate::wire::WireError::UnexpectedKind { kind })),
+        }
+    }
+}
+
+/// Reads a response stream chunk by chunk, handing payload to the driver in batches.
+struct Reader<'a> {
+    recv: RecvStream,
+    cur: Bytes,
+    batch: Vec<Bytes>,
+    batched: usize,
+    grant: GrantId,
+    tx: &'a mpsc::Sender<StreamEvent>,
+    server: ServerId,
+}
+
+impl Reader<'_> {
+    /// Makes `cur` non-empty: takes a chunk that is ready, or hands over the batch and waits.
+    async fn next(&mut self) -> Result<(), StreamEventKind> {
+        while self.cur.is_empty() {
+            let ready = self.recv.read_chunk(usize::MAX, true).now_or_never();
+            let chunk = match ready {
+                Some(r) => r,
+                None => {
+                    self.flush().await?;
+                    self.recv.read_chunk(usize::MAX, true).await
+                }
+            };
+            self.cur = match chunk {
+                Ok(Some(c)) => c.bytes,
+                Ok(None) => {
+                    return Err(StreamEventKind::Failed(format!(
+                        "{} ended a quic response mid-frame",
+                        self.server
+                    )))
+                }
+                Err(e) => return Err(StreamEventKind::Failed(format!("{}: quic response: {e}", self.server))),
+            };
+        }
+        Ok(())
+    }
+
+    /// Fills `out` (a header or a control payload) from the stream.
+    async fn fill(&mut self, out: &mut [u8]) -> Result<(), StreamEventKind> {
+        let mut have = 0;
+        while have < out.len() {
+            self.next().await?;
+            let n = (out.len() - have).min(self.cur.len());
+            out[have..have + n].copy_from_slice(&self.cur[..n]);
+            self.cur.advance(n);
+            have += n;
+        }
+        Ok(())
+    }
+
+    /// Moves `len` payload bytes into the batch (without copying).
+    async fn data(&mut self, mut len: usize) -> Result<(), StreamEventKind> {
+        while len > 0 {
+            self.next().await?;
+            let n = len.min(self.cur.len());
+            self.batch.push(self.cur.split_to(n));
+            self.batched += n;
+            len -= n;
+            if self.batched >= BATCH_BYTES {
+                self.flush().await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Hands the batch to the driver. A closed channel means the read is over.
+    async fn flush(&mut self) -> Result<(), StreamEventKind> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        self.batched = 0;
+        let kind = StreamEventKind::Data(std::mem::take(&mut self.batch));
+        self.tx
+            .send(StreamEvent { grant: self.grant, kind })
+            .await
+            .map_err(|_| StreamEventKind::Failed("the read ended".into()))
+    }
+}
