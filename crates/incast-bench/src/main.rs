@@ -25,6 +25,7 @@ mod plot;
 mod run;
 mod servers;
 mod strategy;
+mod cpu;
 mod sweep;
 mod testbed;
 mod units;
@@ -52,12 +53,16 @@ enum Command {
     #[command(after_help = "Examples:\n  \
         incast-bench serve --listen 0.0.0.0:7000\n  \
         incast-bench serve --listen 198.18.0.2:7000 --count 64        # 64 servers, ports 7000-7063\n  \
-        incast-bench serve --listen [::]:7000 --store /srv/blocks --cc cubic")]
+        incast-bench serve --listen [::]:7000 --store /srv/blocks --cc cubic
+  \
+        incast-bench serve --listen 0.0.0.0:7000 --quic-cert cert.pem --quic-key key.pem   # TCP and QUIC")]
     Serve(ServeArgs),
     /// Read blocks from running servers with one strategy.
     #[command(after_help = "Examples:\n  \
         incast-bench read --servers 10.0.0.1:7000,10.0.0.2:7000 --sru 256KiB --blocks 100 --strategy default\n  \
-        incast-bench read --servers 10.0.0.1:7000,10.0.0.2:7000 --block 1MiB --strategy naive --json out.jsonl")]
+        incast-bench read --servers 10.0.0.1:7000,10.0.0.2:7000 --block 1MiB --strategy naive --json out.jsonl
+  \
+        incast-bench read --servers 10.0.0.1:7000,10.0.0.2:7000 --block 1MiB --strategy quic --quic-ca ca.pem")]
     Read(ReadArgs),
     /// Many configurations and strategies side by side, on the testbed, loopback or hosts.
     #[command(after_help = "Examples:\n  \
@@ -66,7 +71,9 @@ enum Command {
         --strategies naive,capped,scheduled,chunked,hedged,default,rto-route --blocks 100 \\\n      \
         --json sweep.jsonl --csv sweep.csv --plot sweep.svg\n  \
         incast-bench sweep --servers 10.0.0.1:7000,10.0.0.2:7000 --senders 1,2 --block 1MiB\n  \
-        incast-bench sweep --loopback --senders 1,16,64 --block 1MiB --quiet")]
+        incast-bench sweep --loopback --senders 1,16,64 --block 1MiB --quiet
+  \
+        incast-bench sweep --testbed --senders 8,16,32,64,128,256 --sru 256KiB --strategies naive,default,quic,fallback")]
     Sweep(SweepArgs),
     /// The emulated switch on its own: pinned namespaces for other tools.
     #[command(after_help = "Examples:\n  \
@@ -111,6 +118,12 @@ struct ServeArgs {
     /// Stop after this long (default: run until killed).
     #[arg(long, value_parser = parse_duration)]
     duration: Option<Duration>,
+    /// Also serve QUIC (UDP, same port) with this certificate chain (PEM); needs --quic-key.
+    #[arg(long, requires = "quic_key")]
+    quic_cert: Option<PathBuf>,
+    /// Private key (PEM) of --quic-cert.
+    #[arg(long, requires = "quic_cert")]
+    quic_key: Option<PathBuf>,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -133,6 +146,14 @@ struct Common {
     /// Deadline of one block.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     read_timeout: Duration,
+    /// Servers on hosts, `quic` and `fallback` strategies: PEM file of the CA that issued the
+    /// servers' certificates (`serve --quic-cert`). Servers started by this process get a
+    /// certificate made for the run instead.
+    #[arg(long)]
+    quic_ca: Option<PathBuf>,
+    /// Servers on hosts: the name their certificates carry (default: their IP addresses).
+    #[arg(long)]
+    quic_server_name: Option<String>,
     /// Write JSON lines (a header object, then one object per result).
     #[arg(long)]
     json: Option<PathBuf>,
@@ -371,6 +392,8 @@ impl Common {
             buffer_hint,
             cc: cc.to_owned(),
             quiet: self.quiet,
+            quic_ca: self.quic_ca.clone(),
+            quic_server_name: self.quic_server_name.clone(),
         })
     }
 }
@@ -437,13 +460,20 @@ fn run_read(a: &ReadArgs) -> Result<(), CliError> {
 
 fn run_serve(a: &ServeArgs) -> Result<(), CliError> {
     use incast_rpc::{FileStore, ServerConfig, SocketTuning};
-    let config = ServerConfig::builder()
-        .tuning(SocketTuning {
-            congestion: Some(a.cc.clone()),
-            ..SocketTuning::server()
-        })
-        .build()
-        .map_err(|e| CliError::Usage(e.to_string()))?;
+    let mut config = ServerConfig::builder().tuning(SocketTuning {
+        congestion: Some(a.cc.clone()),
+        ..SocketTuning::server()
+    });
+    if let (Some(cert), Some(key)) = (&a.quic_cert, &a.quic_key) {
+        let identity =
+            incast_rpc::quic::TlsIdentity::from_pem_files(cert, key).map_err(|e| CliError::Usage(e.to_string()))?;
+        let q = incast_rpc::quic::QuicServerConfig::builder(identity)
+            .congestion(sweep::quic_congestion(&a.cc))
+            .build()
+            .map_err(|e| CliError::Usage(e.to_string()))?;
+        config = config.quic(q);
+    }
+    let config = config.build().map_err(|e| CliError::Usage(e.to_string()))?;
     if a.count == 0 || u32::from(a.listen.port()) + u32::from(a.count) > 65536 {
         return Err(CliError::Usage(format!(
             "--count {} from port {} runs past port 65535",
@@ -590,10 +620,12 @@ fn run_demo(a: &DemoArgs) -> Result<(), CliError> {
         csv: None,
         plot: Some(a.plot.clone()),
         quiet: a.quiet,
+        quic_ca: None,
+        quic_server_name: None,
     };
     let spec = common.spec(
         DEMO_SENDERS.to_vec(),
-        vec![Strategy::Naive, Strategy::Default],
+        vec![Strategy::Naive, Strategy::Default, Strategy::Quic],
         tb_config.buffer_bytes,
         &tb_config.cc,
     )?;
@@ -622,6 +654,12 @@ fn summarize_demo(results: &[run::Measurement]) {
                 naive.p99_ms,
                 naive.kernel_rtos,
                 def.goodput_mbps / naive.goodput_mbps.max(1e-9)
+            );
+        }
+        if let Some(q) = get("quic") {
+            println!(
+                "             quic {:.0} Mbit/s, p99 {:.1} ms, {} QUIC loss-recovery events, {:.2} CPU s/GiB",
+                q.goodput_mbps, q.p99_ms, q.quic_loss_events, q.cpu_s_per_gib
             );
         }
     }

@@ -112,7 +112,8 @@ pub fn write_json(path: &Path, header: &Header, results: &[Measurement]) -> Resu
 const CSV_FIELDS: &str =
     "strategy,layout,senders,sru_bytes,block_bytes,blocks,failed_blocks,goodput_mbps,line_rate_mbps,\
 line_rate_fraction,ideal_ms,p50_ms,p99_ms,max_ms,p99_over_ideal,kernel_rtos,blocks_with_rto,rto_free_fraction,\
-blocks_over_100ms,retransmits,hedges,grants,switch_drops,cc,buffer_bytes,rate_bps,elapsed_s";
+blocks_over_100ms,retransmits,hedges,grants,switch_drops,cc,buffer_bytes,rate_bps,elapsed_s,quic_requests,\
+quic_loss_events,quic_lost_packets,cpu_s_per_gib";
 
 /// Writes one CSV row per result (the histogram stays in the JSON).
 pub fn write_csv(path: &Path, results: &[Measurement]) -> Result<(), WriteError> {
@@ -123,7 +124,7 @@ pub fn write_csv(path: &Path, results: &[Measurement]) -> Result<(), WriteError>
     for m in results {
         writeln!(
             w,
-            "{},{},{},{},{},{},{},{:.1},{:.1},{:.4},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{:.4},{},{},{},{},{},{},{},{},{:.3}",
+            "{},{},{},{},{},{},{},{:.1},{:.1},{:.4},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{:.4},{},{},{},{},{},{},{},{},{:.3},{},{},{},{:.3}",
             m.strategy,
             m.layout,
             m.senders,
@@ -150,7 +151,11 @@ pub fn write_csv(path: &Path, results: &[Measurement]) -> Result<(), WriteError>
             m.cc,
             opt(m.buffer_bytes),
             opt(m.rate_bps),
-            m.elapsed_s
+            m.elapsed_s,
+            m.quic_requests,
+            m.quic_loss_events,
+            m.quic_lost_packets,
+            m.cpu_s_per_gib
         )
         .map_err(&e)?;
     }
@@ -160,7 +165,7 @@ pub fn write_csv(path: &Path, results: &[Measurement]) -> Result<(), WriteError>
 /// Header of the table.
 pub fn table_header() -> String {
     format!(
-        "{:<10} {:>5} {:>9} {:>9} {:>9} {:>6} {:>8} {:>8} {:>8} {:>7} {:>6} {:>8} {:>6} {:>6}",
+        "{:<10} {:>5} {:>9} {:>9} {:>9} {:>6} {:>8} {:>8} {:>8} {:>7} {:>6} {:>8} {:>6} {:>6} {:>6} {:>7}",
         "strategy",
         "N",
         "sru",
@@ -174,13 +179,21 @@ pub fn table_header() -> String {
         "RTOs",
         "RTO-free",
         "drops",
-        "hedges"
+        "hedges",
+        "QUIC-l",
+        "CPU/GiB"
     )
 }
 
 /// One row of the table.
 pub fn table_row(m: &Measurement) -> String {
     let drops = m.switch_drops.map_or("-".to_owned(), |d| d.to_string());
+    // QUIC loss-recovery episodes, for strategies that sent anything over QUIC.
+    let quic_losses = if m.quic_requests > 0 {
+        m.quic_loss_events.to_string()
+    } else {
+        "-".to_owned()
+    };
     let failed = if m.failed_blocks > 0 {
         format!(
             "  ({} blocks failed: {})",
@@ -191,7 +204,7 @@ pub fn table_row(m: &Measurement) -> String {
         String::new()
     };
     format!(
-        "{:<10} {:>5} {:>9} {:>9} {:>9.1} {:>5.1}% {:>8.2} {:>8.2} {:>8.2} {:>7.2} {:>6} {:>7.1}% {:>6} {:>6}{failed}",
+        "{:<10} {:>5} {:>9} {:>9} {:>9.1} {:>5.1}% {:>8.2} {:>8.2} {:>8.2} {:>7.2} {:>6} {:>7.1}% {:>6} {:>6} {:>6} {:>6.2}s{failed}",
         m.strategy,
         m.senders,
         human(m.sru_bytes),
@@ -205,7 +218,9 @@ pub fn table_row(m: &Measurement) -> String {
         m.kernel_rtos,
         m.rto_free_fraction * 100.0,
         drops,
-        m.hedges
+        m.hedges,
+        quic_losses,
+        m.cpu_s_per_gib
     )
 }
 

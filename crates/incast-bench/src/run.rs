@@ -16,6 +16,7 @@ use hdrhistogram::serialization::{Serializer, V2DeflateSerializer};
 use hdrhistogram::Histogram;
 use incast_core::stripe::Fragment;
 use incast_core::{ServerId, Stripe};
+use incast_rpc::quic::QuicClientConfig;
 use incast_rpc::{Client, FanInError};
 
 use crate::pattern;
@@ -91,6 +92,8 @@ pub struct RunSpec {
     pub cc: String,
     /// Stop measuring after this long even if fewer than `blocks` blocks were read.
     pub max_time: Duration,
+    /// Trust and tuning for the QUIC strategies.
+    pub quic: Option<QuicClientConfig>,
 }
 
 /// The result of one configuration, one JSON line.
@@ -128,6 +131,15 @@ pub struct Measurement {
     pub p99_over_ideal: f64,
     /// Kernel RTOs the servers' sockets took (TCP_INFO, Linux 6.7+ servers).
     pub kernel_rtos: u64,
+    /// Requests sent over QUIC.
+    pub quic_requests: u64,
+    /// QUIC loss-recovery episodes on the servers' side (quinn congestion events): QUIC's
+    /// counterpart of `kernel_rtos`.
+    pub quic_loss_events: u64,
+    /// Packets quinn declared lost on the servers' side.
+    pub quic_lost_packets: u64,
+    /// CPU seconds this process (client and in-process servers) spent per GiB of goodput.
+    pub cpu_s_per_gib: f64,
     /// Blocks during which at least one kernel RTO fired.
     pub blocks_with_rto: u32,
     /// Fraction of completed blocks without a kernel RTO.
@@ -167,6 +179,14 @@ pub enum RunError {
         senders: usize,
         /// Available.
         servers: usize,
+    },
+    /// The strategy cannot run with these settings (e.g. QUIC without trust).
+    #[error("{strategy}: {why}")]
+    Plan {
+        /// Strategy.
+        strategy: Strategy,
+        /// Why.
+        why: String,
     },
     /// A block came back wrong: a bug, never a measurement.
     #[error("{strategy} at {senders} senders: {source}")]
@@ -208,7 +228,17 @@ pub async fn measure(
     let ids: Vec<ServerId> = used.iter().map(|(id, _)| *id).collect();
     let (policy, config) = spec
         .strategy
-        .plan(spec.senders, spec.buffer_hint, spec.read_timeout, &spec.cc);
+        .plan(
+            spec.senders,
+            spec.buffer_hint,
+            spec.read_timeout,
+            &spec.cc,
+            spec.quic.as_ref(),
+        )
+        .map_err(|why| RunError::Plan {
+            strategy: spec.strategy,
+            why,
+        })?;
     let client = Arc::new(Client::with_config(used.iter().copied(), config));
     let corrupt = |source| RunError::Corrupt {
         strategy: spec.strategy,
@@ -246,6 +276,7 @@ pub async fn measure(
         ..Measurement::default()
     };
     let mut bytes = 0u64;
+    let cpu_before = crate::cpu::process_cpu();
     let start = Instant::now();
     for i in 0..spec.blocks {
         if start.elapsed() > spec.max_time {
@@ -264,6 +295,9 @@ pub async fn measure(
                 hist.saturating_record(took.as_micros().max(1) as u64);
                 let r = &out.report;
                 m.kernel_rtos += r.kernel_rtos;
+                m.quic_requests += u64::from(r.quic_requests);
+                m.quic_loss_events += r.quic_loss_events;
+                m.quic_lost_packets += r.quic_lost_packets;
                 m.blocks_with_rto += u32::from(r.kernel_rtos > 0);
                 m.blocks_over_100ms += u32::from(took >= Duration::from_millis(100));
                 m.retransmits += r.retransmits;
@@ -278,6 +312,10 @@ pub async fn measure(
         on_block(1);
     }
     let elapsed = start.elapsed();
+    let cpu = crate::cpu::process_cpu().saturating_sub(cpu_before);
+    if bytes > 0 {
+        m.cpu_s_per_gib = cpu.as_secs_f64() / (bytes as f64 / (1u64 << 30) as f64);
+    }
     m.elapsed_s = elapsed.as_secs_f64();
     m.goodput_mbps = bytes as f64 * 8.0 / elapsed.as_secs_f64().max(1e-9) / 1e6;
     let ms = |us: u64| us as f64 / 1000.0;

@@ -12,6 +12,8 @@
 //! | `hedged` | as naive, plus application-level microsecond RTO hedging | kernel defaults |
 //! | `default` | `Policy::default()` | `ClientConfig::default()` |
 //! | `rto-route` | as naive; the servers' route gets `rto_min 1ms` (testbed only) | kernel defaults |
+//! | `quic` | `Policy::default()` | every request over QUIC (quinn): user-space loss recovery |
+//! | `fallback` | `Policy::default()` | TCP, hedges (and the rest of a stalled server's requests) over QUIC |
 
 use std::fmt;
 use std::str::FromStr;
@@ -19,7 +21,8 @@ use std::time::Duration;
 
 use incast_core::policy::{GrantSize, Hedging, WindowCap, DEFAULT_HEDGE_FRACTION, DEFAULT_HEDGE_MIN_BYTES};
 use incast_core::Policy;
-use incast_rpc::{ClientConfig, SocketTuning};
+use incast_rpc::quic::QuicClientConfig;
+use incast_rpc::{ClientConfig, SocketTuning, Transport};
 
 /// The per-route `rto_min` of the `rto-route` reference (1 ms, as in ../shared/TESTBED.md).
 pub const ROUTE_RTO_MIN: Duration = Duration::from_millis(1);
@@ -42,11 +45,15 @@ pub enum Strategy {
     Default,
     /// Kernel per-route rto_min, for reference.
     RtoRoute,
+    /// The library's defaults over QUIC.
+    Quic,
+    /// The library's defaults over TCP, hedging over QUIC.
+    Fallback,
 }
 
 impl Strategy {
     /// Every strategy, in table order.
-    pub const ALL: [Strategy; 7] = [
+    pub const ALL: [Strategy; 9] = [
         Strategy::Naive,
         Strategy::Capped,
         Strategy::Scheduled,
@@ -54,6 +61,8 @@ impl Strategy {
         Strategy::Hedged,
         Strategy::Default,
         Strategy::RtoRoute,
+        Strategy::Quic,
+        Strategy::Fallback,
     ];
 
     /// Its name on the command line and in outputs.
@@ -66,7 +75,14 @@ impl Strategy {
             Strategy::Hedged => "hedged",
             Strategy::Default => "default",
             Strategy::RtoRoute => "rto-route",
+            Strategy::Quic => "quic",
+            Strategy::Fallback => "fallback",
         }
+    }
+
+    /// Whether it sends anything over QUIC (and so needs QUIC servers and trust).
+    pub fn uses_quic(self) -> bool {
+        matches!(self, Strategy::Quic | Strategy::Fallback)
     }
 
     /// Whether it needs the testbed (it changes the servers' routes).
@@ -76,8 +92,16 @@ impl Strategy {
 
     /// The policy and client configuration for `senders` servers behind a port that queues
     /// `buffer` bytes (used by `capped` only). Every strategy sets the congestion control
-    /// `cc` on its sockets and nothing else beyond what the table says.
-    pub fn plan(self, senders: usize, buffer: u64, read_timeout: Duration, cc: &str) -> (Policy, ClientConfig) {
+    /// `cc` on its sockets and nothing else beyond what the table says. The QUIC strategies
+    /// take their trust and tuning from `quic`; `None` for them is an error.
+    pub fn plan(
+        self,
+        senders: usize,
+        buffer: u64,
+        read_timeout: Duration,
+        cc: &str,
+        quic: Option<&QuicClientConfig>,
+    ) -> Result<(Policy, ClientConfig), String> {
         let plain = || {
             ClientConfig::builder()
                 .tuning(SocketTuning {
@@ -99,7 +123,21 @@ impl Strategy {
                 .hedging(Hedging::Off)
         };
         let base = || Policy::builder().window_cap(WindowCap::Off).hedging(Hedging::Off);
-        match self {
+        let defaults = |transport| -> Result<_, String> {
+            let mut b = ClientConfig::builder()
+                .tuning(SocketTuning {
+                    congestion: Some(cc.to_owned()),
+                    ..SocketTuning::client()
+                })
+                .read_timeout(read_timeout)
+                .transport(transport);
+            if transport.uses_quic() {
+                let q = quic.ok_or_else(|| format!("strategy `{self}` needs quic settings (trust and tuning)"))?;
+                b = b.quic(q.clone());
+            }
+            b.build().map_err(|e| e.to_string())
+        };
+        Ok(match self {
             Strategy::Naive | Strategy::RtoRoute => (policy(naive()), plain()),
             Strategy::Capped => {
                 let cap = (buffer / senders.max(1) as u64).clamp(
@@ -117,18 +155,10 @@ impl Strategy {
                 })),
                 plain(),
             ),
-            Strategy::Default => (
-                Policy::default(),
-                ClientConfig::builder()
-                    .tuning(SocketTuning {
-                        congestion: Some(cc.to_owned()),
-                        ..SocketTuning::client()
-                    })
-                    .read_timeout(read_timeout)
-                    .build()
-                    .expect("valid client config"),
-            ),
-        }
+            Strategy::Default => (Policy::default(), defaults(Transport::Tcp)?),
+            Strategy::Quic => (Policy::default(), defaults(Transport::Quic)?),
+            Strategy::Fallback => (Policy::default(), defaults(Transport::TcpWithQuicFallback)?),
+        })
     }
 }
 
@@ -157,17 +187,26 @@ mod tests {
         for s in Strategy::ALL {
             assert_eq!(s.name().parse::<Strategy>(), Ok(s));
         }
-        assert!("quic".parse::<Strategy>().unwrap_err().contains("naive"));
+        assert!("tcp".parse::<Strategy>().unwrap_err().contains("naive"));
         let t = Duration::from_secs(1);
-        let (naive, _) = Strategy::Naive.plan(8, 32 << 10, t, "cubic");
-        let (capped, _) = Strategy::Capped.plan(8, 32 << 10, t, "cubic");
+        let plan = |s: Strategy| s.plan(8, 32 << 10, t, "cubic", None);
+        let (naive, _) = plan(Strategy::Naive).unwrap();
+        let (capped, _) = plan(Strategy::Capped).unwrap();
         assert_eq!(naive.window_cap_bytes(), None);
         assert_eq!(capped.window_cap_bytes(), Some(4096));
-        let (sched, _) = Strategy::Scheduled.plan(8, 32 << 10, t, "cubic");
+        let (sched, _) = plan(Strategy::Scheduled).unwrap();
         assert!(sched.inflight_budget() < naive.inflight_budget());
         assert_eq!(sched.grant_size(), GrantSize::Whole);
-        let (hedged, _) = Strategy::Hedged.plan(8, 32 << 10, t, "cubic");
+        let (hedged, _) = plan(Strategy::Hedged).unwrap();
         assert_ne!(hedged.hedging(), Hedging::Off);
-        assert_eq!(Strategy::Default.plan(8, 32 << 10, t, "cubic").0, Policy::default());
+        let (default, config) = plan(Strategy::Default).unwrap();
+        assert_eq!((default, config.transport()), (Policy::default(), Transport::Tcp));
+        assert!(plan(Strategy::Quic).unwrap_err().contains("quic settings"));
+        let cert = incast_rpc::quic::SelfSigned::generate(["localhost"]).unwrap();
+        let q = QuicClientConfig::builder(cert.trust().unwrap()).build().unwrap();
+        let (_, config) = Strategy::Quic.plan(8, 32 << 10, t, "cubic", Some(&q)).unwrap();
+        assert_eq!(config.transport(), Transport::Quic);
+        let (_, config) = Strategy::Fallback.plan(8, 32 << 10, t, "cubic", Some(&q)).unwrap();
+        assert_eq!(config.transport(), Transport::TcpWithQuicFallback);
     }
 }

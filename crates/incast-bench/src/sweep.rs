@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use incast_core::ServerId;
+use incast_rpc::quic::{Congestion, QuicClientConfig, QuicServerConfig, SelfSigned, TlsTrust};
 use incast_rpc::{ServerConfig, SocketTuning};
 
 use crate::output::{table_header, table_row};
@@ -66,6 +67,19 @@ pub struct SweepSpec {
     pub cc: String,
     /// No progress bar, no per-configuration lines.
     pub quiet: bool,
+    /// Servers on hosts: the CA that issued their QUIC certificates (PEM).
+    pub quic_ca: Option<std::path::PathBuf>,
+    /// Servers on hosts: the name their QUIC certificates carry (default: their addresses).
+    pub quic_server_name: Option<String>,
+}
+
+/// quinn's congestion controller closest to the kernel's `cc`.
+pub fn quic_congestion(cc: &str) -> Congestion {
+    match cc {
+        "reno" => Congestion::NewReno,
+        "bbr" => Congestion::Bbr,
+        _ => Congestion::Cubic,
+    }
 }
 
 /// Why a sweep stopped.
@@ -110,13 +124,46 @@ pub fn run(spec: SweepSpec, network: Network) -> Result<SweepResult, SweepError>
             )));
         }
     }
-    let server_config = ServerConfig::builder()
-        .tuning(SocketTuning {
-            congestion: Some(spec.cc.clone()),
-            ..SocketTuning::server()
-        })
-        .build()
-        .map_err(|e| SweepError::Invalid(e.to_string()))?;
+    let mut server_config = ServerConfig::builder().tuning(SocketTuning {
+        congestion: Some(spec.cc.clone()),
+        ..SocketTuning::server()
+    });
+    let invalid = |e: &dyn std::fmt::Display| SweepError::Invalid(e.to_string());
+    // QUIC: servers started here get a certificate made for this run, which the client
+    // trusts; servers on hosts need the CA that issued theirs.
+    let mut quic_client = None;
+    if spec.strategies.iter().any(|s| s.uses_quic()) {
+        let congestion = quic_congestion(&spec.cc);
+        let trust = match &network {
+            Network::Hosts(_) => {
+                let Some(ca) = &spec.quic_ca else {
+                    return Err(SweepError::Invalid(
+                        "the quic strategies need --quic-ca FILE (the CA of the servers' certificates)".into(),
+                    ));
+                };
+                TlsTrust::from_pem_file(ca).map_err(|e| invalid(&e))?
+            }
+            _ => {
+                let ip = match &network {
+                    Network::Testbed(tb) => tb.server_ip(),
+                    _ => IpAddr::V4(Ipv4Addr::LOCALHOST),
+                };
+                let cert = SelfSigned::generate(["localhost".to_owned(), ip.to_string()]).map_err(|e| invalid(&e))?;
+                let q = QuicServerConfig::builder(cert.identity())
+                    .congestion(congestion)
+                    .build()
+                    .map_err(|e| invalid(&e))?;
+                server_config = server_config.quic(q);
+                cert.trust().map_err(|e| invalid(&e))?
+            }
+        };
+        let mut b = QuicClientConfig::builder(trust).congestion(congestion);
+        if let Some(name) = &spec.quic_server_name {
+            b = b.server_name(name.clone());
+        }
+        quic_client = Some(b.build().map_err(|e| invalid(&e))?);
+    }
+    let server_config = server_config.build().map_err(|e| invalid(&e))?;
     let (servers, testbed, addrs) = match &network {
         Network::Testbed(tb) => {
             let set = ServerSet::start(Some(tb.servers()), tb.server_ip(), max_n, server_config)?;
@@ -144,7 +191,7 @@ pub fn run(spec: SweepSpec, network: Network) -> Result<SweepResult, SweepError>
             eprintln!("warning: the servers' socket options were not all taken:\n{t}");
         }
     }
-    let body = move || client_side(spec, testbed, addrs);
+    let body = move || client_side(spec, testbed, addrs, quic_client);
     let out = match &network {
         Network::Testbed(tb) => tb.client().run(body)?,
         _ => body(),
@@ -157,6 +204,7 @@ fn client_side(
     spec: SweepSpec,
     testbed: Option<Arc<Testbed>>,
     addrs: Vec<(ServerId, SocketAddr)>,
+    quic: Option<QuicClientConfig>,
 ) -> Result<SweepResult, SweepError> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let configs = spec.layouts.len() * spec.senders.len() * spec.strategies.len();
@@ -188,6 +236,7 @@ fn client_side(
         read_timeout: spec.read_timeout,
         cc: spec.cc.clone(),
         max_time: spec.max_time,
+        quic: quic.clone(),
     };
     // Line rate: one sender streaming, the better of naive and default.
     bar.set_message("line rate (1 sender, 4 MiB blocks)");
