@@ -124,6 +124,9 @@ struct ServeArgs {
     /// Private key (PEM) of --quic-cert.
     #[arg(long, requires = "quic_cert")]
     quic_key: Option<PathBuf>,
+    /// Most datagrams per UDP GSO send (1 = no GSO, 10 = quinn's limit).
+    #[arg(long, default_value_t = incast_rpc::quic::DEFAULT_MAX_GSO_SEGMENTS)]
+    quic_gso: usize,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -154,6 +157,9 @@ struct Common {
     /// Servers on hosts: the name their certificates carry (default: their IP addresses).
     #[arg(long)]
     quic_server_name: Option<String>,
+    /// Servers started here: most datagrams per UDP GSO send (1 = no GSO, 10 = quinn's limit).
+    #[arg(long, default_value_t = incast_rpc::quic::DEFAULT_MAX_GSO_SEGMENTS)]
+    quic_gso: usize,
     /// Write JSON lines (a header object, then one object per result).
     #[arg(long)]
     json: Option<PathBuf>,
@@ -394,6 +400,7 @@ impl Common {
             quiet: self.quiet,
             quic_ca: self.quic_ca.clone(),
             quic_server_name: self.quic_server_name.clone(),
+            quic_gso: self.quic_gso,
         })
     }
 }
@@ -469,6 +476,7 @@ fn run_serve(a: &ServeArgs) -> Result<(), CliError> {
             incast_rpc::quic::TlsIdentity::from_pem_files(cert, key).map_err(|e| CliError::Usage(e.to_string()))?;
         let q = incast_rpc::quic::QuicServerConfig::builder(identity)
             .congestion(sweep::quic_congestion(&a.cc))
+            .max_gso_segments(a.quic_gso)
             .build()
             .map_err(|e| CliError::Usage(e.to_string()))?;
         config = config.quic(q);
@@ -622,6 +630,7 @@ fn run_demo(a: &DemoArgs) -> Result<(), CliError> {
         quiet: a.quiet,
         quic_ca: None,
         quic_server_name: None,
+        quic_gso: incast_rpc::quic::DEFAULT_MAX_GSO_SEGMENTS,
     };
     let spec = common.spec(
         DEMO_SENDERS.to_vec(),

@@ -71,6 +71,8 @@ pub struct SweepSpec {
     pub quic_ca: Option<std::path::PathBuf>,
     /// Servers on hosts: the name their QUIC certificates carry (default: their addresses).
     pub quic_server_name: Option<String>,
+    /// Servers started here: most datagrams per UDP GSO send.
+    pub quic_gso: usize,
 }
 
 /// quinn's congestion controller closest to the kernel's `cc`.
@@ -151,6 +153,7 @@ pub fn run(spec: SweepSpec, network: Network) -> Result<SweepResult, SweepError>
                 let cert = SelfSigned::generate(["localhost".to_owned(), ip.to_string()]).map_err(|e| invalid(&e))?;
                 let q = QuicServerConfig::builder(cert.identity())
                     .congestion(congestion)
+                    .max_gso_segments(spec.quic_gso)
                     .build()
                     .map_err(|e| invalid(&e))?;
                 server_config = server_config.quic(q);

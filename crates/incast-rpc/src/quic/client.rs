@@ -96,13 +96,7 @@ impl QuicClient {
         };
         let err = |source| QuicError::Endpoint { addr: local, source };
         let (sock, sizes) = udp_socket(local, self.cfg.udp_buffer).map_err(err)?;
-        let ep = Endpoint::new(
-            quinn::EndpointConfig::default(),
-            None,
-            sock,
-            Arc::new(quinn::TokioRuntime),
-        )
-        .map_err(err)?;
+        let ep = super::endpoint(sock, None, super::DEFAULT_MAX_GSO_SEGMENTS).map_err(err)?;
         *self.udp_buffers.lock().unwrap_or_else(|e| e.into_inner()) = Some(sizes);
         eps.insert(v6, ep.clone());
         Ok(ep)

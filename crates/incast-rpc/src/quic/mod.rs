@@ -102,6 +102,8 @@ pub const DEFAULT_SERVER_UDP_BUFFER: usize = 4 << 20;
 /// Default time a request waits for stream credit before the read fails with
 /// [`QuicError::StreamLimit`] (1 s).
 pub const DEFAULT_STREAM_WAIT: Duration = Duration::from_secs(1);
+/// Default cap on the datagrams of one GSO send (see [`QuicServerConfigBuilder::max_gso_segments`]).
+pub const DEFAULT_MAX_GSO_SEGMENTS: usize = 2;
 /// Default idle timeout of a QUIC connection (30 s).
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Receive window of a request stream on the server (4 KiB: a request frame is at most
@@ -325,6 +327,7 @@ impl QuicClientConfigBuilder {
 #[derive(Clone)]
 pub struct QuicServerConfig {
     crypto: Arc<quinn::crypto::rustls::QuicServerConfig>,
+    max_gso_segments: usize,
     congestion: Congestion,
     max_ack_delay: Duration,
     initial_rtt: Duration,
@@ -337,6 +340,7 @@ impl QuicServerConfig {
     pub fn builder(identity: TlsIdentity) -> QuicServerConfigBuilder {
         QuicServerConfigBuilder {
             identity,
+            max_gso_segments: DEFAULT_MAX_GSO_SEGMENTS,
             congestion: Congestion::default(),
             max_ack_delay: DEFAULT_MAX_ACK_DELAY,
             initial_rtt: DEFAULT_INITIAL_RTT,
@@ -354,6 +358,7 @@ impl std::fmt::Debug for QuicServerConfig {
             .field("initial_rtt", &self.initial_rtt)
             .field("udp_buffer", &self.udp_buffer)
             .field("idle_timeout", &self.idle_timeout)
+            .field("max_gso_segments", &self.max_gso_segments)
             .finish_non_exhaustive()
     }
 }
@@ -362,6 +367,7 @@ impl std::fmt::Debug for QuicServerConfig {
 #[derive(Debug)]
 pub struct QuicServerConfigBuilder {
     identity: TlsIdentity,
+    max_gso_segments: usize,
     congestion: Congestion,
     max_ack_delay: Duration,
     initial_rtt: Duration,
@@ -396,6 +402,14 @@ impl QuicServerConfigBuilder {
         self.idle_timeout = d;
         self
     }
+    /// Most datagrams quinn may hand the kernel in one GSO send: 1 turns GSO off, 10 is
+    /// quinn's own limit. Larger batches cost fewer system calls but leave as one burst, which
+    /// a shallow switch buffer shared by many senders drops. Default
+    /// [`DEFAULT_MAX_GSO_SEGMENTS`]; range 1 ..= 64.
+    pub fn max_gso_segments(mut self, n: usize) -> Self {
+        self.max_gso_segments = n;
+        self
+    }
     /// Checks every field and builds the TLS configuration.
     pub fn build(self) -> Result<QuicServerConfig, QuicServerConfigError> {
         let ms = Duration::from_millis(1);
@@ -408,6 +422,14 @@ impl QuicServerConfigBuilder {
             "100 us..=1 s",
         )?;
         check_buffer("udp_buffer_bytes", self.udp_buffer)?;
+        if !(1..=64).contains(&self.max_gso_segments) {
+            return Err(QuicConfigError::OutOfRange {
+                field: "max_gso_segments",
+                value: self.max_gso_segments.to_string(),
+                allowed: "1..=64",
+            }
+            .into());
+        }
         check_range("idle_timeout", self.idle_timeout, 100 * ms, Duration::from_secs(3600), "100 ms..=1 h")?;
         let tls = self.identity.server_crypto()?;
         let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls)
@@ -419,6 +441,7 @@ impl QuicServerConfigBuilder {
             initial_rtt: self.initial_rtt,
             udp_buffer: self.udp_buffer,
             idle_timeout: self.idle_timeout,
+            max_gso_segments: self.max_gso_segments,
         })
     }
 }
@@ -488,4 +511,59 @@ fn udp_socket(addr: SocketAddr, bytes: usize) -> io::Result<(UdpSocket, (usize, 
     let get = |name| crate::sys::get_int::<4>(sock.as_fd(), libc::SOL_SOCKET, name).map(|v| v as usize);
     let sizes = (get(libc::SO_RCVBUF)?, get(libc::SO_SNDBUF)?);
     Ok((sock, sizes))
+}
+
+/// A UDP socket that lets quinn batch at most `max_segments` datagrams into one GSO send.
+///
+/// With GSO quinn hands the kernel up to 10 datagrams (about 14 KiB) at once, and they leave
+/// back to back at the sender's link speed. Into a shallow switch buffer shared by N senders
+/// those bursts are what overflows it: on the testbed (1 Gbit/s, 32 KiB) 8 senders took 816
+/// drops in 20 blocks with quinn's batches and none with single datagrams. A cap keeps most of
+/// GSO's saving in system calls while bounding the burst.
+#[derive(Debug)]
+struct CappedGso {
+    inner: Arc<dyn quinn::AsyncUdpSocket>,
+    max_segments: usize,
+}
+
+impl quinn::AsyncUdpSocket for CappedGso {
+    fn create_io_poller(self: Arc<Self>) -> std::pin::Pin<Box<dyn quinn::UdpPoller>> {
+        self.inner.clone().create_io_poller()
+    }
+    fn try_send(&self, transmit: &quinn::udp::Transmit) -> io::Result<()> {
+        self.inner.try_send(transmit)
+    }
+    fn poll_recv(
+        &self,
+        cx: &mut std::task::Context,
+        bufs: &mut [std::io::IoSliceMut<'_>],
+        meta: &mut [quinn::udp::RecvMeta],
+    ) -> std::task::Poll<io::Result<usize>> {
+        self.inner.poll_recv(cx, bufs, meta)
+    }
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+    fn max_transmit_segments(&self) -> usize {
+        self.inner.max_transmit_segments().min(self.max_segments)
+    }
+    fn max_receive_segments(&self) -> usize {
+        self.inner.max_receive_segments()
+    }
+    fn may_fragment(&self) -> bool {
+        self.inner.may_fragment()
+    }
+}
+
+/// An endpoint on `sock` whose GSO batches hold at most `max_segments` datagrams.
+fn endpoint(
+    sock: UdpSocket,
+    server: Option<quinn::ServerConfig>,
+    max_segments: usize,
+) -> io::Result<quinn::Endpoint> {
+    use quinn::Runtime as _;
+    let runtime = Arc::new(quinn::TokioRuntime);
+    let inner = runtime.wrap_udp_socket(sock)?;
+    let socket = Arc::new(CappedGso { inner, max_segments });
+    quinn::Endpoint::new_with_abstract_socket(quinn::EndpointConfig::default(), server, socket, runtime)
 }

@@ -66,12 +66,7 @@ pub(crate) fn spawn_server<S: FragmentStore>(
     let mut sc = quinn::ServerConfig::with_crypto(q.crypto.clone());
     sc.transport_config(Arc::new(transport_config(&knobs)));
     sc.migration(false);
-    let endpoint = Endpoint::new(
-        quinn::EndpointConfig::default(),
-        Some(sc),
-        sock,
-        Arc::new(quinn::TokioRuntime),
-    )?;
+    let endpoint = super::endpoint(sock, Some(sc), q.max_gso_segments)?;
     let task = tokio::spawn(accept_loop(endpoint.clone(), ctx, shutdown));
     Ok(ServerTask {
         local_addr,
