@@ -18,6 +18,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use incast_core::model::{self, ModelInput};
 
+mod cpu;
 mod netns;
 mod output;
 mod pattern;
@@ -25,7 +26,6 @@ mod plot;
 mod run;
 mod servers;
 mod strategy;
-mod cpu;
 mod sweep;
 mod testbed;
 mod units;

@@ -104,7 +104,7 @@ fn default_reads_every_byte_through_the_switch_and_leaves_nothing() {
             "--sru",
             "32KiB",
             "--strategies",
-            "default",
+            "default,quic",
         ])
         .args([
             "--blocks",
@@ -125,13 +125,17 @@ fn default_reads_every_byte_through_the_switch_and_leaves_nothing() {
     eprintln!("{stdout}(took {:?})", t.elapsed());
     let text = std::fs::read_to_string(&json).unwrap();
     let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    assert_eq!(lines.len(), 3, "a header and two results:\n{text}");
+    assert_eq!(lines.len(), 5, "a header and four results:\n{text}");
     assert_eq!(lines[0]["type"], "header");
     assert_eq!(lines[0]["network"], "testbed");
     assert_eq!(lines[0]["testbed"]["buffer_bytes"], 32768);
-    for (r, n) in lines[1..].iter().zip([8, 32]) {
-        assert_eq!(r["strategy"], "default");
+    let expected = [("default", 8), ("quic", 8), ("default", 32), ("quic", 32)];
+    for (r, (strategy, n)) in lines[1..].iter().zip(expected) {
+        assert_eq!(r["strategy"], strategy);
         assert_eq!(r["senders"], n);
+        // QUIC through the switch: every request went over it, TCP's not at all.
+        let quic_requests = r["quic_requests"].as_u64().unwrap();
+        assert_eq!(quic_requests > 0, strategy == "quic", "{r}");
         assert_eq!(r["blocks"], 20);
         assert_eq!(r["failed_blocks"], 0);
         assert_eq!(r["block_bytes"], 32768 * n);
@@ -252,7 +256,7 @@ fn loopback_sweep_writes_json_csv_and_plot() {
             "--sru",
             "8KiB",
         ])
-        .args(["--strategies", "naive,capped,scheduled,chunked,hedged,default"])
+        .args(["--strategies", "naive,capped,scheduled,chunked,hedged,default,quic,fallback"])
         .args(["--blocks", "4", "--warmup", "1", "--quiet", "--json"])
         .arg(&json)
         .arg("--csv")
@@ -262,7 +266,7 @@ fn loopback_sweep_writes_json_csv_and_plot() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let results = 2 * 2 * 6;
+    let results = 2 * 2 * 8;
     let text = std::fs::read_to_string(&json).unwrap();
     assert_eq!(text.lines().count(), 1 + results);
     let header: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
@@ -273,7 +277,7 @@ fn loopback_sweep_writes_json_csv_and_plot() {
     let plot = std::fs::read_to_string(&svg).unwrap();
     assert_eq!(
         plot.matches(r#"stroke-width="2""#).count(),
-        2 * 6,
+        2 * 8,
         "one segment per strategy and panel"
     );
     let table = String::from_utf8_lossy(&out.stdout);

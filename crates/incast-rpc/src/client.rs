@@ -250,9 +250,7 @@ impl ClientConfigBuilder {
         let c = &self.cfg;
         #[cfg(feature = "quic")]
         if c.transport.uses_quic() && c.quic.is_none() {
-            return Err(ClientConfigError::MissingQuic {
-                transport: c.transport,
-            });
+            return Err(ClientConfigError::MissingQuic { transport: c.transport });
         }
         let ms = Duration::from_millis(1);
         let bad = |field, value: String, allowed| Err(ClientConfigError::OutOfRange { field, value, allowed });
@@ -800,7 +798,9 @@ impl Driver<'_> {
         let now = Instant::now();
         let g = ev.grant;
         // Events of a cancelled request are late: drop them.
-        let Some(s) = self.streams.get_mut(&g) else { return Ok(()) };
+        let Some(s) = self.streams.get_mut(&g) else {
+            return Ok(());
+        };
         let server = s.server;
         match ev.kind {
             StreamEventKind::Data(chunks) => {
@@ -811,7 +811,8 @@ impl Driver<'_> {
                     // whatever it does.
                     if s.received + c.len() as u64 > s.len {
                         let why = format!("{server} sent more data than a quic request asked for");
-                        return Ok(self.fail_stream(g, why));
+                        self.fail_stream(g, why);
+                        return Ok(());
                     }
                     self.block[at..at + c.len()].copy_from_slice(c);
                     s.crc = crc32c::crc32c_append(s.crc, c);
@@ -821,9 +822,12 @@ impl Driver<'_> {
                 let fragment = s.fragment;
                 if n > 0 {
                     if let Err(e) = self.sched.on_bytes(now, g, n) {
-                        return Ok(self.fail_stream(g, format!("{server}: {e}")));
+                        self.fail_stream(g, format!("{server}: {e}"));
+                        return Ok(());
                     }
-                    self.report.fragments[fragment].first_byte.get_or_insert(now - self.start);
+                    self.report.fragments[fragment]
+                        .first_byte
+                        .get_or_insert(now - self.start);
                 }
             }
             StreamEventKind::End {

@@ -1,4 +1,4 @@
-//! # incast-rpc: the TCP transport of incast (in progress)
+//! # incast-rpc: the transports of incast (TCP, and QUIC behind the `quic` feature)
 //!
 //! Drives [`incast_core::Scheduler`] over real sockets. Linux only (it uses TCP_INFO,
 //! TCP_WINDOW_CLAMP, timerfd and the per-socket RTO options). Done so far:
@@ -10,9 +10,11 @@
 //! - [`HrTimer`]: a timerfd-based timer for sub-millisecond deadlines;
 //! - [`store`] and [`server`]: the [`FragmentStore`] trait, in-memory and file stores, and the
 //!   fragment server ([`serve`]);
-//! - [`client`]: the pooled [`Client`] and its [`Client::fan_in_read`].
+//! - [`client`]: the pooled [`Client`] and its [`Client::fan_in_read`];
+//! - `quic` (cargo feature `quic`): the same requests over QUIC streams (quinn), as
+//!   [`Transport::Quic`] or as the path hedges take with `Transport::TcpWithQuicFallback`,
+//!   with TLS from a generated self-signed certificate (tests, demos) or PEM files.
 //!
-//! Not implemented yet: QUIC.
 //! See the project's DESIGN.md.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]

@@ -335,7 +335,11 @@ pub(crate) async fn start<S: FragmentStore>(
         // Port 0: take a TCP port, then the same UDP port; retry if UDP has it taken.
         let tries = if addr.port() == 0 && tcp { 32 } else { 1 };
         for attempt in 1..=tries {
-            let listener = if tcp { Some(TcpListener::bind(addr).await?) } else { None };
+            let listener = if tcp {
+                Some(TcpListener::bind(addr).await?)
+            } else {
+                None
+            };
             let at = match &listener {
                 Some(l) => l.local_addr()?,
                 None => addr,

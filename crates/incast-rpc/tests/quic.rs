@@ -112,7 +112,10 @@ async fn quic_blocks_are_byte_exact_for_1_to_256_servers() {
         for (i, &len) in lens.iter().enumerate() {
             servers.push(start(i as u32, len, &cert).await);
         }
-        let addrs = servers.iter().enumerate().map(|(i, h)| (ServerId(i as u32), h.local_addr()));
+        let addrs = servers
+            .iter()
+            .enumerate()
+            .map(|(i, h)| (ServerId(i as u32), h.local_addr()));
         let client = Client::with_config(addrs, client_config(Transport::Quic, cert.trust().unwrap()));
         let stripe = stripe_of(&lens);
         let want = expected(&lens);
@@ -128,7 +131,11 @@ async fn quic_blocks_are_byte_exact_for_1_to_256_servers() {
                 let r = &out.report;
                 assert_eq!(r.connects, 0, "n={n} {name}: no tcp connection expected");
                 let nonempty = lens.iter().filter(|&&l| l > 0).count() as u32;
-                assert!(r.quic_requests >= nonempty, "n={n} {name}: {} quic requests", r.quic_requests);
+                assert!(
+                    r.quic_requests >= nonempty,
+                    "n={n} {name}: {} quic requests",
+                    r.quic_requests
+                );
                 assert_eq!(r.checksum_failures, 0);
             }
         }
@@ -190,7 +197,14 @@ async fn a_withheld_tcp_response_is_hedged_over_quic_within_milliseconds() {
     let stripe = stripe_of(&lens);
     let want = expected(&lens);
     let policy = Policy::builder()
-        .rto(RtoBounds::new(Duration::from_millis(5), Duration::from_millis(1), Duration::from_millis(50)).unwrap())
+        .rto(
+            RtoBounds::new(
+                Duration::from_millis(5),
+                Duration::from_millis(1),
+                Duration::from_millis(50),
+            )
+            .unwrap(),
+        )
         .hedging(Hedging::AfterRto {
             budget_fraction: 1.0,
             min_budget_bytes: 1 << 20,
@@ -203,7 +217,10 @@ async fn a_withheld_tcp_response_is_hedged_over_quic_within_milliseconds() {
     );
     let mut elapsed = Vec::new();
     for round in 0..5 {
-        let out = client.fan_in_read(&stripe, &policy).await.unwrap_or_else(|e| panic!("round {round}: {e}"));
+        let out = client
+            .fan_in_read(&stripe, &policy)
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
         assert!(out.block == want, "round {round}: block differs");
         let r = &out.report;
         let f = &r.fragments[stuck as usize];
@@ -216,20 +233,29 @@ async fn a_withheld_tcp_response_is_hedged_over_quic_within_milliseconds() {
         );
         elapsed.push(r.elapsed);
     }
-    assert!(seen.load(Ordering::Relaxed) > 0, "the withholding server never got a request");
+    assert!(
+        seen.load(Ordering::Relaxed) > 0,
+        "the withholding server never got a request"
+    );
     let served = servers[stuck as usize].stats().requests.load(Ordering::Relaxed);
     assert!(served >= 5, "the quic side served {served} requests");
     // The stall is recovered by the application RTO (5 ms here, less once RTT samples exist)
     // plus one QUIC request, far from TCP's 200 ms RTO. The bound leaves room for a noisy
     // 2-core machine; the printed times are the measurement.
     let worst = elapsed.iter().max().unwrap();
-    assert!(*worst < Duration::from_millis(100), "slowest fallback read took {worst:?}");
+    assert!(
+        *worst < Duration::from_millis(100),
+        "slowest fallback read took {worst:?}"
+    );
 
     // Without the fallback the same read cannot finish: the hedge on the spare TCP connection
     // is withheld too.
     let tcp_only = Client::with_config(
         addrs,
-        ClientConfig::builder().read_timeout(Duration::from_millis(300)).build().unwrap(),
+        ClientConfig::builder()
+            .read_timeout(Duration::from_millis(300))
+            .build()
+            .unwrap(),
     );
     match tcp_only.fan_in_read(&stripe, &policy).await {
         Err(FanInError::Timeout { waiting_on, .. }) => assert_eq!(waiting_on, vec![ServerId(stuck)]),
@@ -240,12 +266,19 @@ async fn a_withheld_tcp_response_is_hedged_over_quic_within_milliseconds() {
 async fn refused(server_cert: &SelfSigned, trust: TlsTrust) -> CertProblem {
     let store = MemStore::new();
     store.insert("blk", vec![7u8; 1000]);
-    let h = serve("127.0.0.1:0".parse().unwrap(), store, server_config(server_cert.identity()))
-        .await
-        .unwrap();
+    let h = serve(
+        "127.0.0.1:0".parse().unwrap(),
+        store,
+        server_config(server_cert.identity()),
+    )
+    .await
+    .unwrap();
     let client = Client::with_config([(ServerId(0), h.local_addr())], client_config(Transport::Quic, trust));
     let start = Instant::now();
-    let err = client.fan_in_read(&stripe_of(&[1000]), &Policy::default()).await.unwrap_err();
+    let err = client
+        .fan_in_read(&stripe_of(&[1000]), &Policy::default())
+        .await
+        .unwrap_err();
     assert!(start.elapsed() < Duration::from_secs(2), "took {:?}", start.elapsed());
     println!("{err}");
     match err {
@@ -304,7 +337,10 @@ async fn pem_files_load_and_bad_ones_are_typed_errors() {
         .await
         .unwrap();
     let client = Client::with_config([(ServerId(0), h.local_addr())], client_config(Transport::Quic, trust));
-    let out = client.fan_in_read(&stripe_of(&[5000]), &Policy::default()).await.unwrap();
+    let out = client
+        .fan_in_read(&stripe_of(&[5000]), &Policy::default())
+        .await
+        .unwrap();
     assert_eq!(out.block, object(0, 5000));
 
     let e = TlsTrust::from_pem_file(&junk).unwrap_err();
@@ -340,9 +376,16 @@ async fn a_full_stream_limit_is_a_typed_error_not_a_hang() {
         .quic(QuicServerConfig::builder(cert.identity()).build().unwrap())
         .build()
         .unwrap();
-    let h = serve("127.0.0.1:0".parse().unwrap(), Gate { inner: store, hang: true }, config)
-        .await
-        .unwrap();
+    let h = serve(
+        "127.0.0.1:0".parse().unwrap(),
+        Gate {
+            inner: store,
+            hang: true,
+        },
+        config,
+    )
+    .await
+    .unwrap();
     let client = Client::with_config(
         [(ServerId(0), h.local_addr())],
         ClientConfig::builder()
@@ -427,7 +470,17 @@ async fn bad_requests_over_quic_get_typed_errors_and_the_server_keeps_serving() 
 
     // Garbage header: a connection-level error frame, id 0.
     let frames = raw_exchange(&conn, &[0xAB; HEADER_LEN]).await;
-    assert!(matches!(frames[..], [Frame::Error { id: 0, code: ErrorCode::BadRequest, .. }]), "{frames:?}");
+    assert!(
+        matches!(
+            frames[..],
+            [Frame::Error {
+                id: 0,
+                code: ErrorCode::BadRequest,
+                ..
+            }]
+        ),
+        "{frames:?}"
+    );
     // A header announcing a 1 GiB request payload: refused from the header alone.
     let huge = Header {
         kind: Kind::Request,
@@ -442,12 +495,32 @@ async fn bad_requests_over_quic_get_typed_errors_and_the_server_keeps_serving() 
     let mut req = Vec::new();
     wire::encode_request(&mut req, 5, "blk", 0, 8192);
     let frames = raw_exchange(&conn, &req).await;
-    assert!(matches!(frames[..], [Frame::Error { id: 5, code: ErrorCode::BadRequest, .. }]), "{frames:?}");
+    assert!(
+        matches!(
+            frames[..],
+            [Frame::Error {
+                id: 5,
+                code: ErrorCode::BadRequest,
+                ..
+            }]
+        ),
+        "{frames:?}"
+    );
     // Missing key: NotFound.
     req.clear();
     wire::encode_request(&mut req, 6, "nope", 0, 10);
     let frames = raw_exchange(&conn, &req).await;
-    assert!(matches!(frames[..], [Frame::Error { id: 6, code: ErrorCode::NotFound, .. }]), "{frames:?}");
+    assert!(
+        matches!(
+            frames[..],
+            [Frame::Error {
+                id: 6,
+                code: ErrorCode::NotFound,
+                ..
+            }]
+        ),
+        "{frames:?}"
+    );
     // And a good one on the same connection.
     req.clear();
     wire::encode_request(&mut req, 7, "blk", 100, 3000);
@@ -461,7 +534,14 @@ async fn bad_requests_over_quic_get_typed_errors_and_the_server_keeps_serving() 
         .flatten()
         .collect();
     assert_eq!(data, object(0, 10_000)[100..3100]);
-    assert!(matches!(frames.last(), Some(Frame::End { id: 7, cancelled: false, .. })));
+    assert!(matches!(
+        frames.last(),
+        Some(Frame::End {
+            id: 7,
+            cancelled: false,
+            ..
+        })
+    ));
     assert!(h.stats().protocol_errors.load(Ordering::Relaxed) >= 2);
     h.shutdown().await;
 }

@@ -113,7 +113,12 @@ impl QuicClient {
 
     /// A live connection to `server` for `flow`: the pooled one, or a new one (concurrent
     /// callers wait for the same handshake).
-    async fn connection(&self, server: ServerId, addr: SocketAddr, flow: Flow) -> Result<(Connection, Arc<Slot>), QuicError> {
+    async fn connection(
+        &self,
+        server: ServerId,
+        addr: SocketAddr,
+        flow: Flow,
+    ) -> Result<(Connection, Arc<Slot>), QuicError> {
         let slot = self.slot(server, flow);
         let mut guard = slot.conn.lock().await;
         if let Some(c) = guard.as_ref().filter(|c| c.close_reason().is_none()) {
@@ -211,14 +216,21 @@ pub(crate) async fn run_request(client: Arc<QuicClient>, req: StreamRequest, tx:
     }
 }
 
-async fn request(client: &QuicClient, req: &StreamRequest, tx: &mpsc::Sender<StreamEvent>) -> Result<(), StreamEventKind> {
+async fn request(
+    client: &QuicClient,
+    req: &StreamRequest,
+    tx: &mpsc::Sender<StreamEvent>,
+) -> Result<(), StreamEventKind> {
     let server = req.server;
-    let (conn, slot) = client.connection(server, req.addr, req.flow).await.map_err(|e| match e {
-        // The path or the server may come back: let the scheduler retry or hedge.
-        QuicError::Connection { .. } | QuicError::ConnectTimeout { .. } => StreamEventKind::Failed(e.to_string()),
-        // Configuration and trust problems do not heal: end the read, typed.
-        e => StreamEventKind::Fatal(crate::FanInError::Quic(e)),
-    })?;
+    let (conn, slot) = client
+        .connection(server, req.addr, req.flow)
+        .await
+        .map_err(|e| match e {
+            // The path or the server may come back: let the scheduler retry or hedge.
+            QuicError::Connection { .. } | QuicError::ConnectTimeout { .. } => StreamEventKind::Failed(e.to_string()),
+            // Configuration and trust problems do not heal: end the read, typed.
+            e => StreamEventKind::Fatal(crate::FanInError::Quic(e)),
+        })?;
     let open = slot.open.fetch_add(1, Ordering::Relaxed) + 1;
     let _open = Open(&slot.open);
     let start = Instant::now();
@@ -230,11 +242,13 @@ async fn request(client: &QuicClient, req: &StreamRequest, tx: &mpsc::Sender<Str
         None => match tokio::time::timeout(client.cfg.stream_wait, opening).await {
             Ok(r) => r,
             Err(_) => {
-                return Err(StreamEventKind::Fatal(crate::FanInError::Quic(QuicError::StreamLimit {
-                    server,
-                    open,
-                    waited: start.elapsed(),
-                })))
+                return Err(StreamEventKind::Fatal(crate::FanInError::Quic(
+                    QuicError::StreamLimit {
+                        server,
+                        open,
+                        waited: start.elapsed(),
+                    },
+                )))
             }
         },
     };
@@ -242,7 +256,9 @@ async fn request(client: &QuicClient, req: &StreamRequest, tx: &mpsc::Sender<Str
     let (mut send, recv) = opened.map_err(|e| failed("opening a stream", &e))?;
     let mut out = Vec::with_capacity(64 + req.key.len());
     wire::encode_request(&mut out, STREAM_REQUEST_ID, &req.key, req.offset, req.len);
-    send.write_all(&out).await.map_err(|e| failed("sending a request", &e))?;
+    send.write_all(&out)
+        .await
+        .map_err(|e| failed("sending a request", &e))?;
     send.finish().map_err(|e| failed("finishing a request", &e))?;
     let mut r = Reader {
         recv,
@@ -259,12 +275,18 @@ async fn request(client: &QuicClient, req: &StreamRequest, tx: &mpsc::Sender<Str
         r.fill(&mut head).await?;
         let h = Header::decode(&head).map_err(|e| failed("response", &e))?;
         if h.id != STREAM_REQUEST_ID && !(h.kind == Kind::Error && h.id == 0) {
-            return Err(failed("response", &format!("frame for request {}, expected {STREAM_REQUEST_ID}", h.id)));
+            return Err(failed(
+                "response",
+                &format!("frame for request {}, expected {STREAM_REQUEST_ID}", h.id),
+            ));
         }
         match h.kind {
             Kind::Data => {
                 if got + u64::from(h.len) > req.len {
-                    return Err(failed("response", &format!("more data than the {} bytes asked for", req.len)));
+                    return Err(failed(
+                        "response",
+                        &format!("more data than the {} bytes asked for", req.len),
+                    ));
                 }
                 got += u64::from(h.len);
                 r.data(h.len as usize).await?;
@@ -379,7 +401,10 @@ impl Reader<'_> {
         self.batched = 0;
         let kind = StreamEventKind::Data(std::mem::take(&mut self.batch));
         self.tx
-            .send(StreamEvent { grant: self.grant, kind })
+            .send(StreamEvent {
+                grant: self.grant,
+                kind,
+            })
             .await
             .map_err(|_| StreamEventKind::Failed("the read ended".into()))
     }

@@ -217,7 +217,13 @@ pub enum QuicConfigError {
     },
 }
 
-fn check_range(field: &'static str, v: Duration, lo: Duration, hi: Duration, allowed: &'static str) -> Result<(), QuicConfigError> {
+fn check_range(
+    field: &'static str,
+    v: Duration,
+    lo: Duration,
+    hi: Duration,
+    allowed: &'static str,
+) -> Result<(), QuicConfigError> {
     if v < lo || v > hi {
         return Err(QuicConfigError::OutOfRange {
             field,
@@ -317,7 +323,13 @@ impl QuicClientConfigBuilder {
         check_range("max_ack_delay", c.max_ack_delay, ms, 25 * ms, "1 ms..=25 ms")?;
         check_buffer("udp_buffer_bytes", c.udp_buffer)?;
         check_range("stream_wait", c.stream_wait, ms, Duration::from_secs(60), "1 ms..=60 s")?;
-        check_range("idle_timeout", c.idle_timeout, 100 * ms, Duration::from_secs(3600), "100 ms..=1 h")?;
+        check_range(
+            "idle_timeout",
+            c.idle_timeout,
+            100 * ms,
+            Duration::from_secs(3600),
+            "100 ms..=1 h",
+        )?;
         Ok(self.cfg)
     }
 }
@@ -430,7 +442,13 @@ impl QuicServerConfigBuilder {
             }
             .into());
         }
-        check_range("idle_timeout", self.idle_timeout, 100 * ms, Duration::from_secs(3600), "100 ms..=1 h")?;
+        check_range(
+            "idle_timeout",
+            self.idle_timeout,
+            100 * ms,
+            Duration::from_secs(3600),
+            "100 ms..=1 h",
+        )?;
         let tls = self.identity.server_crypto()?;
         let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls)
             .map_err(|e| QuicServerConfigError::Tls(TlsError::Config(e.to_string())))?;
@@ -556,11 +574,7 @@ impl quinn::AsyncUdpSocket for CappedGso {
 }
 
 /// An endpoint on `sock` whose GSO batches hold at most `max_segments` datagrams.
-fn endpoint(
-    sock: UdpSocket,
-    server: Option<quinn::ServerConfig>,
-    max_segments: usize,
-) -> io::Result<quinn::Endpoint> {
+fn endpoint(sock: UdpSocket, server: Option<quinn::ServerConfig>, max_segments: usize) -> io::Result<quinn::Endpoint> {
     use quinn::Runtime as _;
     let runtime = Arc::new(quinn::TokioRuntime);
     let inner = runtime.wrap_udp_socket(sock)?;

@@ -105,9 +105,7 @@ impl CertProblem {
         match e {
             rustls::Error::InvalidCertificate(c) => match c {
                 CertificateError::Expired | CertificateError::ExpiredContext { .. } => CertProblem::Expired,
-                CertificateError::NotValidYet | CertificateError::NotValidYetContext { .. } => {
-                    CertProblem::NotYetValid
-                }
+                CertificateError::NotValidYet | CertificateError::NotValidYetContext { .. } => CertProblem::NotYetValid,
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. } => {
                     CertProblem::WrongName
                 }
@@ -347,7 +345,13 @@ impl SelfSigned {
         let mut params = rcgen::CertificateParams::new(names).map_err(gen)?;
         // A subject unique to this key: a client trusting another self-signed certificate then
         // reports an unknown issuer, not a bad signature from a same-named one.
-        let id: String = key.public_key_raw().iter().rev().take(8).map(|b| format!("{b:02x}")).collect();
+        let id: String = key
+            .public_key_raw()
+            .iter()
+            .rev()
+            .take(8)
+            .map(|b| format!("{b:02x}"))
+            .collect();
         params.distinguished_name = rcgen::DistinguishedName::new();
         params
             .distinguished_name
