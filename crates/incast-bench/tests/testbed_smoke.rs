@@ -256,7 +256,10 @@ fn loopback_sweep_writes_json_csv_and_plot() {
             "--sru",
             "8KiB",
         ])
-        .args(["--strategies", "naive,capped,scheduled,chunked,hedged,default,quic,fallback"])
+        .args([
+            "--strategies",
+            "naive,capped,scheduled,chunked,hedged,default,quic,fallback",
+        ])
         .args(["--blocks", "4", "--warmup", "1", "--quiet", "--json"])
         .arg(&json)
         .arg("--csv")

@@ -62,7 +62,38 @@
 //! capped by `net.core.rmem_max`/`wmem_max`; [`Client::quic_udp_buffers`](crate::Client::quic_udp_buffers) and
 //! [`ServerHandle::quic_udp_buffers`](crate::ServerHandle::quic_udp_buffers) report what the kernel granted. quinn uses UDP GSO (segmentation offload) and GRO where the kernel offers them.
 //!
-//! Run the tests: `cargo test --release -p incast-rpc --features quic --test quic`
+//! # Example
+//!
+//! Run the tests that do this end to end:
+//! `cargo test --release -p incast-rpc --features quic --test quic`
+//!
+//! ```no_run
+//! # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+//! use incast_core::{Policy, ServerId, Stripe};
+//! use incast_rpc::quic::{QuicClientConfig, QuicServerConfig, SelfSigned};
+//! use incast_rpc::{serve, Client, ClientConfig, MemStore, ServerConfig, Transport};
+//!
+//! // A certificate made at start (tests, demos); production loads PEM files instead.
+//! let cert = SelfSigned::generate(["localhost", "127.0.0.1"])?;
+//! let store = MemStore::new();
+//! store.insert("blk", vec![7u8; 1 << 20]);
+//! let config = ServerConfig::builder()
+//!     .quic(QuicServerConfig::builder(cert.identity()).build()?)
+//!     .build()?;
+//! let server = serve("127.0.0.1:0".parse()?, store, config).await?; // TCP and UDP, one port
+//!
+//! let client = Client::with_config(
+//!     [(ServerId(0), server.local_addr())],
+//!     ClientConfig::builder()
+//!         .transport(Transport::TcpWithQuicFallback)
+//!         .quic(QuicClientConfig::builder(cert.trust()?).build()?)
+//!         .build()?,
+//! );
+//! let stripe = Stripe::fixed_block("blk", &[ServerId(0)], 1 << 20)?;
+//! let out = client.fan_in_read(&stripe, &Policy::default()).await?;
+//! assert_eq!(out.block.len(), 1 << 20);
+//! # Ok(()) }
+//! ```
 
 mod client;
 mod server;
