@@ -15,6 +15,17 @@
 //! mutable access to the block (or a copy out of their own buffers); a read is bound by the
 //! link, not by one core, and concurrent reads still spread over the runtime's threads.
 //!
+//! # Over QUIC
+//!
+//! With [`Transport::Quic`] every grant, and with [`Transport::TcpWithQuicFallback`] every
+//! hedge (and every later grant to a server that needed one in this read), runs as a request
+//! task on its own QUIC stream instead (see the `quic` module, feature `quic`). The task
+//! parses the response and sends the driver batches of payload over a channel; the driver
+//! copies them into the block, checks the CRC32C and tells the scheduler exactly as for TCP
+//! bytes, so hedging, budgets and the hedge budget work the same over both transports. One
+//! copy is the cost: quinn decrypts into its own buffers, so there is no reading straight into
+//! the block as over TCP.
+//!
 //! # Failure and cancellation
 //!
 //! A connection that closes, resets or sends a malformed frame fails every request on it; the
@@ -104,8 +115,10 @@ pub enum Transport {
     #[cfg(feature = "quic")]
     Quic,
     /// Requests over TCP; hedges (a grant that stalled past the RTO) over QUIC, so a TCP flow
-    /// waiting for its 200 ms kernel RTO is overtaken in about a millisecond. QUIC connections
-    /// are opened in the background when a read starts. Needs [`ClientConfigBuilder::quic`].
+    /// waiting for its 200 ms kernel RTO is overtaken in milliseconds. Once a server needed a
+    /// hedge, its other requests of that read go over QUIC too (its TCP connection is stuck
+    /// behind the lost segment). QUIC connections are opened in the background when a read
+    /// starts. Needs [`ClientConfigBuilder::quic`].
     #[cfg(feature = "quic")]
     TcpWithQuicFallback,
 }
