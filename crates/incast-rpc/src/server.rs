@@ -402,18 +402,25 @@ impl Sink for OwnedWriteHalf {
     }
 }
 
+/// Resolves when the server is told to shut down. Never resolves once the handle was dropped
+/// without a shutdown: the server is detached and keeps serving. Cancel-safe, for `select!`.
+pub(crate) async fn shutdown_signal(rx: &mut watch::Receiver<bool>) {
+    loop {
+        if rx.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+        if *rx.borrow() {
+            return;
+        }
+    }
+}
+
 async fn accept_loop<S: FragmentStore>(listener: TcpListener, ctx: Arc<Ctx<S>>, mut shutdown: watch::Receiver<bool>) {
     let limit = Arc::new(Semaphore::new(ctx.cfg.max_connections));
     let mut conns = JoinSet::new();
-    let mut detached = false;
     loop {
         tokio::select! {
-            changed = shutdown.changed(), if !detached => match changed {
-                Ok(()) if *shutdown.borrow() => break,
-                Ok(()) => {}
-                // The handle was dropped without a shutdown: keep serving.
-                Err(_) => detached = true,
-            },
+            _ = shutdown_signal(&mut shutdown) => break,
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
             accepted = listener.accept() => {
                 let Ok((stream, _peer)) = accepted else { continue };
@@ -500,7 +507,6 @@ async fn read_requests(
     let (max_request, frame_timeout) = (cfg.max_request_bytes, cfg.frame_timeout);
     let mut head = [0u8; HEADER_LEN];
     let mut payload = vec![0u8; MAX_CONTROL_PAYLOAD as usize];
-    let mut detached = false;
     loop {
         // `read` is cancel-safe (`read_exact` is not): a shutdown signal arriving mid-header
         // must not lose the bytes already read.
@@ -511,15 +517,7 @@ async fn read_requests(
             let n = tokio::select! {
                 r = rd.read(&mut head[have..]) => r,
                 _ = tokio::time::sleep_until(frame_deadline), if have > 0 => return,
-                changed = shutdown.changed(), if !detached => {
-                    match changed {
-                        Ok(()) if *shutdown.borrow() => return,
-                        Ok(()) => {}
-                        // The handle was dropped without a shutdown: keep serving.
-                        Err(_) => detached = true,
-                    }
-                    continue;
-                }
+                _ = shutdown_signal(&mut shutdown) => return,
             };
             match n {
                 Ok(0) | Err(_) => return,

@@ -13,7 +13,7 @@ use tokio::sync::{watch, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
 
 use super::{transport_config, udp_socket, Knobs, QuicServerConfig, REQUEST_STREAM_WINDOW};
-use crate::server::{respond, send, truncate, Ctx, Sink};
+use crate::server::{respond, send, shutdown_signal, truncate, Ctx, Sink};
 use crate::store::FragmentStore;
 use crate::wire::{ErrorCode, Frame, Header, Kind, TcpCounters, WireError, HEADER_LEN};
 
@@ -79,14 +79,9 @@ pub(crate) fn spawn_server<S: FragmentStore>(
 async fn accept_loop<S: FragmentStore>(endpoint: Endpoint, ctx: Arc<Ctx<S>>, mut shutdown: watch::Receiver<bool>) {
     let limit = Arc::new(Semaphore::new(ctx.cfg.max_connections()));
     let mut conns = JoinSet::new();
-    let mut detached = false;
     loop {
         tokio::select! {
-            changed = shutdown.changed(), if !detached => match changed {
-                Ok(()) if *shutdown.borrow() => break,
-                Ok(()) => {}
-                Err(_) => detached = true,
-            },
+            _ = shutdown_signal(&mut shutdown) => break,
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
             incoming = endpoint.accept() => {
                 let Some(incoming) = incoming else { break };
@@ -116,14 +111,9 @@ async fn accept_loop<S: FragmentStore>(endpoint: Endpoint, ctx: Arc<Ctx<S>>, mut
 
 async fn connection<S: FragmentStore>(conn: Connection, ctx: Arc<Ctx<S>>, mut shutdown: watch::Receiver<bool>) {
     let mut streams = JoinSet::new();
-    let mut detached = false;
     loop {
         tokio::select! {
-            changed = shutdown.changed(), if !detached => match changed {
-                Ok(()) if *shutdown.borrow() => break,
-                Ok(()) => {}
-                Err(_) => detached = true,
-            },
+            _ = shutdown_signal(&mut shutdown) => break,
             Some(_) = streams.join_next(), if !streams.is_empty() => {}
             accepted = conn.accept_bi() => match accepted {
                 Ok((send, recv)) => {
