@@ -370,12 +370,18 @@ impl QuicClientConfigBuilder {
 #[derive(Clone)]
 pub struct QuicServerConfig {
     crypto: Arc<quinn::crypto::rustls::QuicServerConfig>,
-    max_gso_segments: usize,
-    congestion: Congestion,
-    max_ack_delay: Duration,
-    initial_rtt: Duration,
-    udp_buffer: usize,
-    idle_timeout: Duration,
+    pub(crate) tuning: ServerTuning,
+}
+
+/// The transport settings of a QUIC server, shared by its config and builder.
+#[derive(Clone, Debug)]
+pub(crate) struct ServerTuning {
+    pub(crate) max_gso_segments: usize,
+    pub(crate) congestion: Congestion,
+    pub(crate) max_ack_delay: Duration,
+    pub(crate) initial_rtt: Duration,
+    pub(crate) udp_buffer: usize,
+    pub(crate) idle_timeout: Duration,
 }
 
 impl QuicServerConfig {
@@ -383,25 +389,23 @@ impl QuicServerConfig {
     pub fn builder(identity: TlsIdentity) -> QuicServerConfigBuilder {
         QuicServerConfigBuilder {
             identity,
-            max_gso_segments: DEFAULT_MAX_GSO_SEGMENTS,
-            congestion: Congestion::default(),
-            max_ack_delay: DEFAULT_MAX_ACK_DELAY,
-            initial_rtt: DEFAULT_INITIAL_RTT,
-            udp_buffer: DEFAULT_SERVER_UDP_BUFFER,
-            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            tuning: ServerTuning {
+                max_gso_segments: DEFAULT_MAX_GSO_SEGMENTS,
+                congestion: Congestion::default(),
+                max_ack_delay: DEFAULT_MAX_ACK_DELAY,
+                initial_rtt: DEFAULT_INITIAL_RTT,
+                udp_buffer: DEFAULT_SERVER_UDP_BUFFER,
+                idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            },
         }
     }
 }
 
 impl std::fmt::Debug for QuicServerConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The rustls configuration has no Debug; the settings are what a reader wants.
         f.debug_struct("QuicServerConfig")
-            .field("congestion", &self.congestion)
-            .field("max_ack_delay", &self.max_ack_delay)
-            .field("initial_rtt", &self.initial_rtt)
-            .field("udp_buffer", &self.udp_buffer)
-            .field("idle_timeout", &self.idle_timeout)
-            .field("max_gso_segments", &self.max_gso_segments)
+            .field("tuning", &self.tuning)
             .finish_non_exhaustive()
     }
 }
@@ -410,39 +414,34 @@ impl std::fmt::Debug for QuicServerConfig {
 #[derive(Debug)]
 pub struct QuicServerConfigBuilder {
     identity: TlsIdentity,
-    max_gso_segments: usize,
-    congestion: Congestion,
-    max_ack_delay: Duration,
-    initial_rtt: Duration,
-    udp_buffer: usize,
-    idle_timeout: Duration,
+    tuning: ServerTuning,
 }
 
 impl QuicServerConfigBuilder {
     /// Congestion controller for responses. Default [`Congestion::Cubic`].
     pub fn congestion(mut self, c: Congestion) -> Self {
-        self.congestion = c;
+        self.tuning.congestion = c;
         self
     }
     /// `max_ack_delay` asked of clients; it enters this server's PTO. Default
     /// [`DEFAULT_MAX_ACK_DELAY`]; range 1 ms ..= 25 ms.
     pub fn max_ack_delay(mut self, d: Duration) -> Self {
-        self.max_ack_delay = d;
+        self.tuning.max_ack_delay = d;
         self
     }
     /// RTT assumed before the first sample. Default [`DEFAULT_INITIAL_RTT`]; range 100 µs ..= 1 s.
     pub fn initial_rtt(mut self, d: Duration) -> Self {
-        self.initial_rtt = d;
+        self.tuning.initial_rtt = d;
         self
     }
     /// UDP receive and send buffer, bytes. Default [`DEFAULT_SERVER_UDP_BUFFER`]; range 64 KiB ..= 1 GiB.
     pub fn udp_buffer_bytes(mut self, n: usize) -> Self {
-        self.udp_buffer = n;
+        self.tuning.udp_buffer = n;
         self
     }
     /// Idle timeout of connections. Default [`DEFAULT_IDLE_TIMEOUT`]; range 100 ms ..= 1 h.
     pub fn idle_timeout(mut self, d: Duration) -> Self {
-        self.idle_timeout = d;
+        self.tuning.idle_timeout = d;
         self
     }
     /// Most datagrams quinn may hand the kernel in one GSO send: 1 turns GSO off, 10 is
@@ -450,32 +449,32 @@ impl QuicServerConfigBuilder {
     /// a shallow switch buffer shared by many senders drops. Default
     /// [`DEFAULT_MAX_GSO_SEGMENTS`]; range 1 ..= 64.
     pub fn max_gso_segments(mut self, n: usize) -> Self {
-        self.max_gso_segments = n;
+        self.tuning.max_gso_segments = n;
         self
     }
     /// Checks every field and builds the TLS configuration.
     pub fn build(self) -> Result<QuicServerConfig, QuicServerConfigError> {
         let ms = Duration::from_millis(1);
-        check_range("max_ack_delay", self.max_ack_delay, ms, 25 * ms, "1 ms..=25 ms")?;
+        check_range("max_ack_delay", self.tuning.max_ack_delay, ms, 25 * ms, "1 ms..=25 ms")?;
         check_range(
             "initial_rtt",
-            self.initial_rtt,
+            self.tuning.initial_rtt,
             Duration::from_micros(100),
             Duration::from_secs(1),
             "100 us..=1 s",
         )?;
-        check_buffer("udp_buffer_bytes", self.udp_buffer)?;
-        if !(1..=64).contains(&self.max_gso_segments) {
+        check_buffer("udp_buffer_bytes", self.tuning.udp_buffer)?;
+        if !(1..=64).contains(&self.tuning.max_gso_segments) {
             return Err(QuicConfigError::OutOfRange {
                 field: "max_gso_segments",
-                value: self.max_gso_segments.to_string(),
+                value: self.tuning.max_gso_segments.to_string(),
                 allowed: "1..=64",
             }
             .into());
         }
         check_range(
             "idle_timeout",
-            self.idle_timeout,
+            self.tuning.idle_timeout,
             100 * ms,
             Duration::from_secs(3600),
             "100 ms..=1 h",
@@ -485,12 +484,7 @@ impl QuicServerConfigBuilder {
             .map_err(|e| QuicServerConfigError::Tls(TlsError::Config(e.to_string())))?;
         Ok(QuicServerConfig {
             crypto: Arc::new(crypto),
-            congestion: self.congestion,
-            max_ack_delay: self.max_ack_delay,
-            initial_rtt: self.initial_rtt,
-            udp_buffer: self.udp_buffer,
-            idle_timeout: self.idle_timeout,
-            max_gso_segments: self.max_gso_segments,
+            tuning: self.tuning,
         })
     }
 }

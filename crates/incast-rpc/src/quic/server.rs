@@ -51,22 +51,22 @@ pub(crate) fn spawn_server<S: FragmentStore>(
     q: &QuicServerConfig,
     shutdown: watch::Receiver<bool>,
 ) -> io::Result<ServerTask> {
-    let (sock, udp_buffers) = udp_socket(addr, q.udp_buffer)?;
+    let (sock, udp_buffers) = udp_socket(addr, q.tuning.udp_buffer)?;
     let local_addr = sock.local_addr()?;
     let streams = ctx.cfg.max_outstanding() as u32;
     let knobs = Knobs {
-        initial_rtt: q.initial_rtt,
-        max_ack_delay: q.max_ack_delay,
-        congestion: q.congestion,
+        initial_rtt: q.tuning.initial_rtt,
+        max_ack_delay: q.tuning.max_ack_delay,
+        congestion: q.tuning.congestion,
         stream_window: Some(REQUEST_STREAM_WINDOW),
         conn_window: Some(u64::from(REQUEST_STREAM_WINDOW) * u64::from(streams)),
         max_bidi_streams: streams,
-        idle_timeout: q.idle_timeout,
+        idle_timeout: q.tuning.idle_timeout,
     };
     let mut sc = quinn::ServerConfig::with_crypto(q.crypto.clone());
     sc.transport_config(Arc::new(transport_config(&knobs)));
     sc.migration(false);
-    let endpoint = super::endpoint(sock, Some(sc), q.max_gso_segments)?;
+    let endpoint = super::endpoint(sock, Some(sc), q.tuning.max_gso_segments)?;
     let task = tokio::spawn(accept_loop(endpoint.clone(), ctx, shutdown));
     Ok(ServerTask {
         local_addr,
