@@ -2,6 +2,8 @@
 //!
 //! Run: `cargo test --release -p incast-rpc --test loopback`
 
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,14 +15,7 @@ use incast_rpc::{serve, Client, ClientConfig, FanInError, ServerConfig, ServerHa
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// The byte at `j` of server `i`'s object: distinct per server and position.
-fn pattern(i: u32, j: usize) -> u8 {
-    (i.wrapping_mul(131) as usize ^ j.wrapping_mul(7) ^ (j >> 9)) as u8
-}
-
-fn object(i: u32, len: usize) -> Vec<u8> {
-    (0..len).map(|j| pattern(i, j)).collect()
-}
+use common::{expected, object, stripe_of};
 
 /// A store that delays or never answers some keys, to play a slow or hung server.
 #[derive(Clone)]
@@ -75,23 +70,6 @@ async fn cluster(lens: &[usize], gates: &[(u32, Duration)], cfg: ClientConfig) -
 /// RTO bounds (initial, min, max) for tests that want hedges to fire fast.
 fn rto(initial: Duration, min: Duration, max: Duration) -> RtoBounds {
     RtoBounds::new(initial, min, max).unwrap()
-}
-
-fn stripe_of(lens: &[usize]) -> Stripe {
-    Stripe::new(
-        lens.iter()
-            .enumerate()
-            .map(|(i, &l)| Fragment::new(ServerId(i as u32), "blk", 0, l as u64))
-            .collect(),
-    )
-    .unwrap()
-}
-
-fn expected(lens: &[usize]) -> Vec<u8> {
-    lens.iter()
-        .enumerate()
-        .flat_map(|(i, &l)| object(i as u32, l))
-        .collect()
 }
 
 fn policies() -> Vec<(&'static str, Policy)> {

@@ -3,13 +3,15 @@
 //! Run: `cargo test --release -p incast-rpc --features quic --test quic -- --nocapture`
 #![cfg(feature = "quic")]
 
+mod common;
+
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use incast_core::{Fragment, GrantSize, Hedging, Policy, RtoBounds, ServerId, Stripe};
+use incast_core::{GrantSize, Hedging, Policy, RtoBounds, ServerId};
 use incast_rpc::quic::{
     serve_quic, CertProblem, QuicClientConfig, QuicError, QuicServerConfig, SelfSigned, TlsIdentity, TlsTrust,
 };
@@ -19,13 +21,7 @@ use incast_rpc::{serve, Client, ClientConfig, FanInError, ServerConfig, ServerHa
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
 
-fn pattern(i: u32, j: usize) -> u8 {
-    (i.wrapping_mul(131) as usize ^ j.wrapping_mul(7) ^ (j >> 9)) as u8
-}
-
-fn object(i: u32, len: usize) -> Vec<u8> {
-    (0..len).map(|j| pattern(i, j)).collect()
-}
+use common::{expected, object, stripe_of};
 
 /// A store that never answers (a hung disk), or answers.
 #[derive(Clone)]
@@ -69,23 +65,6 @@ async fn start(i: u32, len: usize, cert: &SelfSigned) -> ServerHandle {
     serve("127.0.0.1:0".parse().unwrap(), store, server_config(cert.identity()))
         .await
         .unwrap()
-}
-
-fn stripe_of(lens: &[usize]) -> Stripe {
-    Stripe::new(
-        lens.iter()
-            .enumerate()
-            .map(|(i, &l)| Fragment::new(ServerId(i as u32), "blk", 0, l as u64))
-            .collect(),
-    )
-    .unwrap()
-}
-
-fn expected(lens: &[usize]) -> Vec<u8> {
-    lens.iter()
-        .enumerate()
-        .flat_map(|(i, &l)| object(i as u32, l))
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
