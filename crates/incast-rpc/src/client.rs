@@ -91,6 +91,14 @@ pub(crate) enum StreamEventKind {
     Fatal(FanInError),
 }
 
+/// What arrived for one grant when its response ended.
+struct Received {
+    fragment: usize,
+    len: u64,
+    received: u64,
+    crc: u32,
+}
+
 /// A request running as its own task.
 #[derive(Debug)]
 struct StreamGrant {
@@ -854,28 +862,15 @@ impl Driver<'_> {
                     self.report.quic_loss_events += u64::from(c.rtos);
                     self.report.quic_lost_packets += u64::from(c.retransmits);
                 }
-                let checksum_ok = !self.client.config.verify_checksums || crc32c.is_none_or(|crc| crc == s.crc);
-                if cancelled || s.received != s.len || !checksum_ok {
-                    self.last_cause = if !checksum_ok {
-                        self.report.checksum_failures += 1;
-                        format!("{server}: checksum mismatch on {} bytes over quic", s.len)
-                    } else {
-                        format!("{server} ended a quic response after {} of {} bytes", s.received, s.len)
-                    };
+                let got = Received {
+                    fragment: s.fragment,
+                    len: s.len,
+                    received: s.received,
+                    crc: s.crc,
+                };
+                if let Err(why) = self.end_response(now, g, server, got, crc32c, cancelled, true) {
+                    self.last_cause = why;
                     let _ = self.sched.on_failed(now, g);
-                    return Ok(());
-                }
-                match self.sched.on_done(now, g) {
-                    Ok(()) => {
-                        let fr = &mut self.report.fragments[s.fragment];
-                        fr.server = Some(server);
-                        fr.bytes += s.len;
-                        fr.done = Some(now - self.start);
-                    }
-                    Err(e) => {
-                        self.last_cause = format!("{server}: {e}");
-                        let _ = self.sched.on_failed(now, g);
-                    }
                 }
             }
             StreamEventKind::Refused { code, message } => {
@@ -1155,33 +1150,54 @@ impl Driver<'_> {
                 fr.retransmits += retrans;
                 self.report.kernel_rtos += u64::from(rtos);
                 self.report.retransmits += u64::from(retrans);
-                let checksum_ok = !self.client.config.verify_checksums || crc32c.is_none_or(|crc| crc == f.crc);
-                if cancelled || f.received != f.len || !checksum_ok {
-                    self.last_cause = if !checksum_ok {
-                        self.report.checksum_failures += 1;
-                        format!("{server}: checksum mismatch on {} bytes", f.len)
-                    } else {
-                        format!("{server} ended a response after {} of {} bytes", f.received, f.len)
-                    };
-                    let _ = self.sched.on_failed(now, g);
-                    return Ok(());
-                }
-                match self.sched.on_done(now, g) {
-                    Ok(()) => {
-                        let fr = &mut self.report.fragments[f.fragment];
-                        fr.server = Some(server);
-                        fr.bytes += f.len;
-                        fr.done = Some(now - self.start);
-                        Ok(())
-                    }
-                    Err(e) => Err(format!("{server}: {e}")),
-                }
+                let got = Received {
+                    fragment: f.fragment,
+                    len: f.len,
+                    received: f.received,
+                    crc: f.crc,
+                };
+                self.end_response(now, g, server, got, crc32c, cancelled, false)
             }
             other => Err(format!(
                 "{server}: {}",
                 WireError::UnexpectedKind { kind: other.kind() }
             )),
         }
+    }
+
+    /// A response to grant `g` ended with an `End` frame (over TCP or QUIC): confirms the
+    /// grant if every byte arrived and the checksum matches, else fails it so the scheduler
+    /// retries. `Err` is a protocol violation the scheduler refused.
+    #[allow(clippy::too_many_arguments)]
+    fn end_response(
+        &mut self,
+        now: Instant,
+        g: GrantId,
+        server: ServerId,
+        got: Received,
+        crc32c: Option<u32>,
+        cancelled: bool,
+        quic: bool,
+    ) -> Result<(), String> {
+        let over = if quic { " over quic" } else { "" };
+        let checksum_ok = !self.client.config.verify_checksums || crc32c.is_none_or(|crc| crc == got.crc);
+        if cancelled || got.received != got.len || !checksum_ok {
+            self.last_cause = if !checksum_ok {
+                self.report.checksum_failures += 1;
+                format!("{server}: checksum mismatch on {} bytes{over}", got.len)
+            } else {
+                let kind = if quic { "quic response" } else { "response" };
+                format!("{server} ended a {kind} after {} of {} bytes", got.received, got.len)
+            };
+            let _ = self.sched.on_failed(now, g);
+            return Ok(());
+        }
+        self.sched.on_done(now, g).map_err(|e| format!("{server}: {e}"))?;
+        let fr = &mut self.report.fragments[got.fragment];
+        fr.server = Some(server);
+        fr.bytes += got.len;
+        fr.done = Some(now - self.start);
+        Ok(())
     }
 
     fn pop_inflight(&mut self, i: usize, id: u64) -> Result<Inflight, String> {
