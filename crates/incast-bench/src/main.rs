@@ -20,9 +20,11 @@ use incast_core::model::{self, ModelInput};
 
 mod cpu;
 mod netns;
+mod offload;
 mod output;
 mod pattern;
 mod plot;
+mod reference;
 mod run;
 mod servers;
 mod strategy;
@@ -52,7 +54,7 @@ enum Command {
     /// Serve synthetic (pattern) objects or files, on every storage host.
     #[command(after_help = "Examples:\n  \
         incast-bench serve --listen 0.0.0.0:7000\n  \
-        incast-bench serve --listen 198.18.0.2:7000 --count 64        # 64 servers, ports 7000-7063\n  \
+        incast-bench serve --listen 198.18.1.1:7000 --count 64        # 64 servers, ports 7000-7063\n  \
         incast-bench serve --listen [::]:7000 --store /srv/blocks --cc cubic
   \
         incast-bench serve --listen 0.0.0.0:7000 --quic-cert cert.pem --quic-key key.pem   # TCP and QUIC")]
@@ -77,9 +79,9 @@ enum Command {
     Sweep(SweepArgs),
     /// The emulated switch on its own: pinned namespaces for other tools.
     #[command(after_help = "Examples:\n  \
-        incast-bench testbed up --rate 1gbit --buffer 32KiB --cc cubic\n  \
-        ip netns exec incast-servers incast-bench serve --listen 198.18.0.2:7000 --count 16\n  \
-        ip netns exec incast-client incast-bench read --servers 198.18.0.2:7000 --block 1MiB\n  \
+        incast-bench testbed up --rate 1gbit --buffer 32KiB --cc cubic --hosts 16\n  \
+        ip netns exec incast-host0 incast-bench serve --listen 198.18.1.1:7000 --count 4\n  \
+        ip netns exec incast-client incast-bench read --servers 198.18.1.1:7000 --block 1MiB\n  \
         incast-bench testbed status\n  \
         incast-bench testbed down")]
     Testbed {
@@ -169,6 +171,14 @@ struct Common {
     /// Write a goodput-vs-senders plot (.svg or .png).
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// Reads in flight at once through one shared client (each on its own stripe);
+    /// comma-separated. The `blocking` reference client runs at 1 only.
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    concurrency: Vec<usize>,
+    /// Long-lived bulk flows from the server hosts to the client through the same port, for
+    /// the whole of every configuration (testbed or loopback).
+    #[arg(long, default_value_t = 0)]
+    background: usize,
     /// No progress bar.
     #[arg(long, short)]
     quiet: bool,
@@ -229,22 +239,48 @@ struct LinkArgs {
     /// Congestion control (testbed: set in the namespaces; always: on the servers' sockets).
     #[arg(long, default_value = "cubic", value_parser = ["cubic", "reno", "bbr"])]
     cc: String,
+    /// Testbed: server hosts (namespaces, each with its own NIC into the switch); servers
+    /// share them round-robin. Default: one per sender of the widest read, at most 64.
+    #[arg(long)]
+    hosts: Option<usize>,
+    /// Testbed: rate of each host's NIC, or `off` for no NIC shaper (bursts at infinite rate).
+    /// Default: the port's rate.
+    #[arg(long, value_parser = parse_host_rate)]
+    host_rate: Option<HostRate>,
+    /// Testbed: token bucket of each host's NIC shaper.
+    #[arg(long, default_value = "16KiB", value_parser = parse_bytes)]
+    host_burst: u64,
+}
+
+/// `--host-rate`: a rate, or `off`.
+#[derive(Clone, Copy, Debug)]
+struct HostRate(Option<u64>);
+
+fn parse_host_rate(s: &str) -> Result<HostRate, String> {
+    if s.eq_ignore_ascii_case("off") {
+        return Ok(HostRate(None));
+    }
+    parse_rate(s).map(|r| HostRate(Some(r)))
 }
 
 impl LinkArgs {
-    fn testbed(&self) -> TestbedConfig {
+    /// The testbed for a sweep whose widest read has `senders` senders.
+    fn testbed(&self, senders: usize) -> TestbedConfig {
         TestbedConfig {
             rate_bps: self.rate,
             buffer_bytes: self.buffer,
             burst_bytes: self.burst,
             cc: self.cc.clone(),
+            hosts: self.hosts.unwrap_or_else(|| testbed::default_hosts(senders)),
+            host_rate_bps: self.host_rate.map_or(Some(self.rate), |h| h.0),
+            host_burst_bytes: self.host_burst,
         }
     }
 }
 
 #[derive(Subcommand, Debug)]
 enum TestbedAction {
-    /// Build the switch and pin its namespaces (incast-client, incast-switch, incast-servers).
+    /// Build the switch and pin its namespaces (incast-client, incast-switch, incast-host0, ...).
     Up(LinkArgs),
     /// Remove the pinned namespaces and every testbed interface.
     Down,
@@ -389,6 +425,8 @@ impl Common {
     ) -> Result<SweepSpec, CliError> {
         Ok(SweepSpec {
             senders,
+            concurrency: self.concurrency.clone(),
+            background: self.background,
             layouts: layouts(self)?,
             strategies,
             blocks: self.blocks,
@@ -413,7 +451,7 @@ fn finish(
     title: &str,
 ) -> Result<(), CliError> {
     let mut header = output::Header::new(network, testbed, c.blocks, c.warmup);
-    header.line_rate_mbps = r.line_rate_mbps;
+    header.set_line_rate(r.line_rate_mbps);
     if let Some(p) = &c.json {
         output::write_json(p, &header, &r.results)?;
         eprintln!("wrote {}", p.display());
@@ -434,11 +472,12 @@ fn run_sweep(a: &SweepArgs) -> Result<(), CliError> {
         .common
         .spec(a.senders.clone(), a.strategies.clone(), a.link.buffer, &a.link.cc)?;
     let (network, tb_config) = if a.testbed {
-        let tb = Testbed::up(a.link.testbed())?;
+        let config = a.link.testbed(a.senders.iter().copied().max().unwrap_or(1));
         if !a.common.quiet {
-            eprintln!("testbed up: {}", tb.config());
+            eprintln!("building the testbed: {config}");
         }
-        (Network::Testbed(Arc::new(tb)), Some(a.link.testbed()))
+        let tb = Testbed::up(config.clone())?;
+        (Network::Testbed(Arc::new(tb)), Some(config))
     } else if !a.servers.is_empty() {
         (Network::Hosts(a.servers.clone()), None)
     } else if a.loopback {
@@ -532,16 +571,23 @@ fn run_testbed(action: &TestbedAction) -> Result<(), CliError> {
                     pinned.join(", ")
                 )));
             }
-            let tb = Testbed::up(link.testbed())?;
+            let tb = Testbed::up(link.testbed(TESTBED_UP_HOSTS))?;
             tb.pin()?;
             println!("testbed up: {}", tb.config());
             println!(
-                "client 198.18.0.1 in netns incast-client; servers 198.18.0.2 in netns incast-servers;\n\
+                "client {} in netns incast-client; host h at {} ... in netns incast-host<h>;\n\
                  the shaped port is {} in netns incast-switch.\n\
-                 e.g.  ip netns exec incast-servers incast-bench serve --listen 198.18.0.2:7000 --count 16 &\n      \
-                 ip netns exec incast-client incast-bench read --servers 198.18.0.2:7000,198.18.0.2:7001 --block 1MiB\n\
+                 e.g.  ip netns exec incast-host0 incast-bench serve --listen {}:7000 &\n      \
+                 ip netns exec incast-host1 incast-bench serve --listen {}:7000 &\n      \
+                 ip netns exec incast-client incast-bench read --servers {}:7000,{}:7000 --block 1MiB\n\
                  remove it with `incast-bench testbed down`",
-                testbed::SWITCH_CLIENT_PORT
+                testbed::CLIENT_ADDR,
+                testbed::host_addr(0),
+                testbed::SWITCH_CLIENT_PORT,
+                testbed::host_addr(0),
+                testbed::host_addr(1),
+                testbed::host_addr(0),
+                testbed::host_addr(1),
             );
             Ok(())
         }
@@ -584,33 +630,40 @@ fn run_testbed(action: &TestbedAction) -> Result<(), CliError> {
     }
 }
 
-/// The demo's configuration: one stripe layout, a few widths, naive against default. Fixed
-/// 256 KiB per sender (the block grows with the stripe): on this kernel, with tail-loss probes
-/// and RACK, short responses rarely end in an RTO, while 256 KiB responses from 32 or more
-/// senders do (see the README's measured sweep).
-const DEMO_SENDERS: [usize; 4] = [1, 8, 32, 64];
-const DEMO_SRU: u64 = 256 << 10;
-const DEMO_BLOCKS: u32 = 30;
+/// Hosts `testbed up` builds unless `--hosts` says otherwise.
+const TESTBED_UP_HOSTS: usize = 16;
+
+/// The demo's configuration: the seeds' experiment (fixed 64 KiB per sender, the block grows
+/// with the stripe) at a few widths, one read at a time and four at once, `naive` against the
+/// library's `default` and `default` over QUIC.
+const DEMO_SENDERS: [usize; 4] = [1, 4, 16, 64];
+const DEMO_SRU: u64 = 64 << 10;
+const DEMO_CONCURRENCY: [usize; 2] = [1, 4];
+const DEMO_BLOCKS: u32 = 40;
 
 fn run_demo(a: &DemoArgs) -> Result<(), CliError> {
-    let tb_config = TestbedConfig::default();
+    let tb_config = TestbedConfig {
+        hosts: testbed::default_hosts(DEMO_SENDERS[DEMO_SENDERS.len() - 1]),
+        ..TestbedConfig::default()
+    };
     let (network, tb) = match Testbed::up(tb_config.clone()) {
         Ok(tb) => {
             println!(
-                "Built an emulated switch in network namespaces: {tb_config}.\n\
-                 Reading blocks striped over 1-64 servers, 256 KiB from each, one block at a time,\n\
-                 with `naive` (every fragment at once, kernel defaults) and the library's `default`.\n"
+                "Built an emulated cluster in network namespaces: {tb_config}.\n\
+                 Reading blocks striped over 1-64 servers, 64 KiB from each, one read at a time and\n\
+                 four at once through one client, with `naive` (every fragment at once, kernel\n\
+                 defaults), the library's `default`, and `default` over QUIC.\n"
             );
             (Network::Testbed(Arc::new(tb)), Some(tb_config.clone()))
         }
         Err(e @ (TestbedError::NoPrivilege { .. } | TestbedError::NotLinux | TestbedError::MissingTool { .. })) => {
             println!(
-                "Cannot build the emulated switch: {e}.\n\
+                "Cannot build the emulated cluster: {e}.\n\
                  Running on loopback instead. Loopback has no shallow switch buffer, so it shows no\n\
                  incast; and the default in-flight budget (64 KiB, sized for a shallow-buffered\n\
                  1-10 Gbit/s port) holds `default` to a fraction of naive's loopback throughput\n\
                  (the README's known limitation). For the real comparison run as root (or inside\n\
-                 `unshare -rn`) with iproute2 and ethtool installed.\n"
+                 `unshare -rn`) with iproute2 installed.\n"
             );
             (Network::Loopback, None)
         }
@@ -622,7 +675,7 @@ fn run_demo(a: &DemoArgs) -> Result<(), CliError> {
         block: vec![],
         blocks: DEMO_BLOCKS,
         warmup: 3,
-        max_time: Duration::from_secs(12),
+        max_time: Duration::from_secs(8),
         read_timeout: Duration::from_secs(30),
         json: a.json.clone(),
         csv: None,
@@ -631,6 +684,8 @@ fn run_demo(a: &DemoArgs) -> Result<(), CliError> {
         quic_ca: None,
         quic_server_name: None,
         quic_gso: incast_rpc::quic::DEFAULT_MAX_GSO_SEGMENTS,
+        concurrency: DEMO_CONCURRENCY.to_vec(),
+        background: 0,
     };
     let spec = common.spec(
         DEMO_SENDERS.to_vec(),
@@ -650,26 +705,32 @@ fn run_demo(a: &DemoArgs) -> Result<(), CliError> {
 
 fn summarize_demo(results: &[run::Measurement]) {
     println!();
-    for n in DEMO_SENDERS.iter().filter(|n| **n > 1) {
-        let get = |s: &str| results.iter().find(|m| m.senders == *n && m.strategy == s);
-        if let (Some(naive), Some(def)) = (get("naive"), get("default")) {
-            println!(
-                "{n:>3} senders: default {:.0} Mbit/s, p99 {:.1} ms, {} kernel RTOs; naive {:.0} Mbit/s, \
-                 p99 {:.1} ms, {} kernel RTOs ({:.1}x goodput)",
-                def.goodput_mbps,
-                def.p99_ms,
-                def.kernel_rtos,
-                naive.goodput_mbps,
-                naive.p99_ms,
-                naive.kernel_rtos,
-                def.goodput_mbps / naive.goodput_mbps.max(1e-9)
-            );
-        }
-        if let Some(q) = get("quic") {
-            println!(
-                "             quic {:.0} Mbit/s, p99 {:.1} ms, {} QUIC loss-recovery events, {:.2} CPU s/GiB",
-                q.goodput_mbps, q.p99_ms, q.quic_loss_events, q.cpu_s_per_gib
-            );
+    for r in DEMO_CONCURRENCY {
+        for n in DEMO_SENDERS.iter().filter(|n| **n > 1) {
+            let get = |s: &str| {
+                results
+                    .iter()
+                    .find(|m| m.senders == *n && m.concurrency == r && m.strategy == s)
+            };
+            if let (Some(naive), Some(def)) = (get("naive"), get("default")) {
+                println!(
+                    "{n:>3} senders, {r} at once: default {:.0} Mbit/s, p99 {:.1} ms, {} kernel RTOs; naive {:.0} Mbit/s, \
+                     p99 {:.1} ms, {} kernel RTOs ({:.1}x goodput)",
+                    def.goodput_mbps,
+                    def.p99_ms,
+                    def.kernel_rtos,
+                    naive.goodput_mbps,
+                    naive.p99_ms,
+                    naive.kernel_rtos,
+                    def.goodput_mbps / naive.goodput_mbps.max(1e-9)
+                );
+            }
+            if let Some(q) = get("quic") {
+                println!(
+                    "                        quic {:.0} Mbit/s, p99 {:.1} ms, {} QUIC loss-recovery events, {:.2} CPU s/GiB",
+                    q.goodput_mbps, q.p99_ms, q.quic_loss_events, q.cpu_s_per_gib
+                );
+            }
         }
     }
 }

@@ -13,7 +13,7 @@
 //! namespace they were created in, and child processes start in their parent thread's
 //! namespace. So [`Netns::run`] runs a closure on a fresh thread inside the namespace (a
 //! tokio runtime there creates all its sockets inside), and [`Netns::command`] runs `ip`,
-//! `tc` or `ethtool` inside it.
+//! `tc` inside it.
 #![allow(unsafe_code)]
 
 use std::fs::File;
@@ -71,6 +71,14 @@ impl Netns {
         })
     }
 
+    /// Another handle to the same namespace (the namespace lives while either does).
+    pub fn try_clone(&self) -> io::Result<Self> {
+        Ok(Self {
+            fd: self.fd.try_clone()?,
+            name: self.name.clone(),
+        })
+    }
+
     /// The name given at creation.
     pub fn name(&self) -> &str {
         &self.name
@@ -125,6 +133,54 @@ impl Netns {
                 stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
             })
         }
+    }
+
+    /// Runs `program -batch -` inside the namespace with `script` on its standard input (one
+    /// `ip` or `tc` command a line): one process for many commands.
+    pub fn batch(&self, program: &str, script: &str) -> Result<String, CommandError> {
+        use std::io::Write as _;
+        use std::process::Stdio;
+        let program = program.to_owned();
+        let input = script.to_owned();
+        let first = script.lines().next().unwrap_or("").to_owned();
+        let line = format!("{program} -batch - ({} lines, first: {first})", script.lines().count());
+        let ns = self.name.clone();
+        let out = self
+            .run(move || -> io::Result<std::process::Output> {
+                let mut child = Command::new(&program)
+                    .args(["-batch", "-"])
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()?;
+                let mut stdin = child.stdin.take().expect("stdin is piped");
+                let written = stdin.write_all(input.as_bytes());
+                drop(stdin);
+                let out = child.wait_with_output()?;
+                written.map(|()| out)
+            })
+            .and_then(|r| r)
+            .map_err(|source| CommandError::Spawn {
+                line: line.clone(),
+                ns: ns.clone(),
+                source,
+            })?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(CommandError::Failed {
+                line,
+                ns,
+                status: out.status.to_string(),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+            })
+        }
+    }
+
+    /// Moves the calling thread into this namespace. Sockets the thread creates from now on
+    /// live here (and stay here when the thread moves on); use it on threads this crate owns.
+    pub fn enter(&self) -> io::Result<()> {
+        setns_net(&self.fd)
     }
 
     /// Writes a sysctl of this namespace (`net/ipv4/tcp_congestion_control`) and reads it back.

@@ -35,8 +35,12 @@ pub struct Header {
     pub blocks: u32,
     /// Warm-up blocks per configuration.
     pub warmup: u32,
-    /// Line rate measured with one sender streaming, Mbit/s.
+    /// Line rate measured with one sender streaming, Mbit/s: the calibration of the run.
     pub line_rate_mbps: f64,
+    /// Testbed: the most TCP payload the port can carry, Mbit/s (rate x 1448 / 1514).
+    pub port_payload_capacity_mbps: Option<f64>,
+    /// Testbed: the line rate over that capacity (the smoke test wants 0.9 or more).
+    pub line_rate_of_capacity: Option<f64>,
     /// Seconds since the Unix epoch at the start.
     pub started_unix: u64,
 }
@@ -52,6 +56,8 @@ impl Header {
                 .map(|s| s.trim().to_owned())
                 .unwrap_or_else(|_| std::env::consts::OS.to_owned()),
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            port_payload_capacity_mbps: testbed.as_ref().map(TestbedConfig::payload_capacity_mbps),
+            line_rate_of_capacity: None,
             testbed,
             network: network.to_owned(),
             blocks,
@@ -61,6 +67,14 @@ impl Header {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
         }
+    }
+}
+
+impl Header {
+    /// Records the line rate measured in the run, and its share of the port's capacity.
+    pub fn set_line_rate(&mut self, mbps: f64) {
+        self.line_rate_mbps = mbps;
+        self.line_rate_of_capacity = self.port_payload_capacity_mbps.map(|c| mbps / c);
     }
 }
 
@@ -113,7 +127,7 @@ const CSV_FIELDS: &str =
     "strategy,layout,senders,sru_bytes,block_bytes,blocks,failed_blocks,goodput_mbps,line_rate_mbps,\
 line_rate_fraction,ideal_ms,p50_ms,p99_ms,max_ms,p99_over_ideal,kernel_rtos,blocks_with_rto,rto_free_fraction,\
 blocks_over_100ms,retransmits,hedges,grants,switch_drops,cc,buffer_bytes,rate_bps,elapsed_s,quic_requests,\
-quic_loss_events,quic_lost_packets,cpu_s_per_gib";
+quic_loss_events,quic_lost_packets,cpu_s_per_gib,concurrency,mean_ms,background_flows,background_mbps";
 
 /// Writes one CSV row per result (the histogram stays in the JSON).
 pub fn write_csv(path: &Path, results: &[Measurement]) -> Result<(), WriteError> {
@@ -124,7 +138,7 @@ pub fn write_csv(path: &Path, results: &[Measurement]) -> Result<(), WriteError>
     for m in results {
         writeln!(
             w,
-            "{},{},{},{},{},{},{},{:.1},{:.1},{:.4},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{:.4},{},{},{},{},{},{},{},{},{:.3},{},{},{},{:.3}",
+            "{},{},{},{},{},{},{},{:.1},{:.1},{:.4},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{:.4},{},{},{},{},{},{},{},{},{:.3},{},{},{},{:.3},{},{:.3},{},{:.1}",
             m.strategy,
             m.layout,
             m.senders,
@@ -155,7 +169,11 @@ pub fn write_csv(path: &Path, results: &[Measurement]) -> Result<(), WriteError>
             m.quic_requests,
             m.quic_loss_events,
             m.quic_lost_packets,
-            m.cpu_s_per_gib
+            m.cpu_s_per_gib,
+            m.concurrency,
+            m.mean_ms,
+            m.background_flows,
+            m.background_mbps
         )
         .map_err(&e)?;
     }
@@ -165,13 +183,15 @@ pub fn write_csv(path: &Path, results: &[Measurement]) -> Result<(), WriteError>
 /// Header of the table.
 pub fn table_header() -> String {
     format!(
-        "{:<10} {:>5} {:>9} {:>9} {:>9} {:>6} {:>8} {:>8} {:>8} {:>7} {:>6} {:>8} {:>6} {:>6} {:>6} {:>7}",
+        "{:<10} {:>5} {:>3} {:>9} {:>9} {:>9} {:>6} {:>8} {:>8} {:>8} {:>8} {:>7} {:>6} {:>8} {:>6} {:>6} {:>6} {:>7} {:>7}",
         "strategy",
         "N",
+        "R",
         "sru",
         "block",
         "Mbit/s",
         "%line",
+        "mean ms",
         "p50 ms",
         "p99 ms",
         "max ms",
@@ -181,7 +201,8 @@ pub fn table_header() -> String {
         "drops",
         "hedges",
         "QUIC-l",
-        "CPU/GiB"
+        "CPU/GiB",
+        "bg Mb/s"
     )
 }
 
@@ -203,24 +224,37 @@ pub fn table_row(m: &Measurement) -> String {
     } else {
         String::new()
     };
+    let rtos = if m.strategy == "blocking" {
+        "-".to_owned()
+    } else {
+        m.kernel_rtos.to_string()
+    };
+    let bg = if m.background_flows > 0 {
+        format!("{:.0}", m.background_mbps)
+    } else {
+        "-".to_owned()
+    };
     format!(
-        "{:<10} {:>5} {:>9} {:>9} {:>9.1} {:>5.1}% {:>8.2} {:>8.2} {:>8.2} {:>7.2} {:>6} {:>7.1}% {:>6} {:>6} {:>6} {:>6.2}s{failed}",
+        "{:<10} {:>5} {:>3} {:>9} {:>9} {:>9.1} {:>5.1}% {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>7.2} {:>6} {:>7.1}% {:>6} {:>6} {:>6} {:>6.2}s {:>7}{failed}",
         m.strategy,
         m.senders,
+        m.concurrency,
         human(m.sru_bytes),
         human(m.block_bytes),
         m.goodput_mbps,
         m.line_rate_fraction * 100.0,
+        m.mean_ms,
         m.p50_ms,
         m.p99_ms,
         m.max_ms,
         m.p99_over_ideal,
-        m.kernel_rtos,
+        rtos,
         m.rto_free_fraction * 100.0,
         drops,
         m.hedges,
         quic_losses,
-        m.cpu_s_per_gib
+        m.cpu_s_per_gib,
+        bg
     )
 }
 

@@ -101,10 +101,20 @@ pub fn scene(results: &[Measurement], title: &str) -> Scene {
             None => panels.push((m.layout.clone(), vec![m])),
         }
     }
-    let mut strategies: Vec<&str> = Vec::new();
+    // One line per strategy, or per (strategy, concurrency) when the run had several.
+    let several = results.iter().any(|m| m.concurrency != results[0].concurrency);
+    let series = |m: &Measurement| {
+        if several {
+            format!("{} x{}", m.strategy, m.concurrency)
+        } else {
+            m.strategy.clone()
+        }
+    };
+    let mut strategies: Vec<String> = Vec::new();
     for m in results {
-        if !strategies.contains(&m.strategy.as_str()) {
-            strategies.push(&m.strategy);
+        let s = series(m);
+        if !strategies.contains(&s) {
+            strategies.push(s);
         }
     }
     let n = panels.len().max(1) as f64;
@@ -167,7 +177,7 @@ pub fn scene(results: &[Measurement], title: &str) -> Scene {
         for (si, st) in strategies.iter().enumerate() {
             let mut pts: Vec<(f64, f64)> = ms
                 .iter()
-                .filter(|m| m.strategy == *st)
+                .filter(|m| series(m) == *st)
                 .map(|m| (xs(m.senders), ys(m.goodput_mbps)))
                 .collect();
             pts.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -185,7 +195,7 @@ pub fn scene(results: &[Measurement], title: &str) -> Scene {
         let x = MARGIN_L + si as f64 * 110.0;
         let color = COLORS[si % COLORS.len()];
         out.push(line((x, ly), (x + 24.0, ly), color, 3.0, false));
-        out.push(text((x + 30.0, ly + 4.0), (*st).to_owned(), 1));
+        out.push(text((x + 30.0, ly + 4.0), st.clone(), 1));
     }
     Scene {
         width,
@@ -508,6 +518,18 @@ mod tests {
             write(Path::new("/nonexistent/x.gif"), &rs, "t"),
             Err(PlotError::Format(_))
         ));
+    }
+
+    #[test]
+    fn several_concurrencies_get_a_line_each() {
+        let at = |r, n, g| Measurement {
+            concurrency: r,
+            ..m("naive", n, 32768, g)
+        };
+        let rs = [at(1, 4, 800.0), at(1, 16, 90.0), at(4, 4, 700.0), at(4, 16, 80.0)];
+        let s = svg(&scene(&rs, "t"));
+        assert!(s.contains("naive x1") && s.contains("naive x4"), "{s}");
+        assert_eq!(s.matches(r#"stroke-width="2""#).count(), 2);
     }
 
     #[test]

@@ -1,14 +1,23 @@
-//! One measured configuration: a strategy reading blocks from N servers, one block at a
-//! time, as a striped storage client does.
+//! One measured configuration: a strategy reading blocks from N servers, `concurrency` reads
+//! in flight at once through one shared client, as a striped storage service does.
 //!
 //! Each configuration gets a fresh [`Client`] (so socket settings never leak between
-//! strategies), reads `warmup` blocks that are not measured (connections set up, slow start
-//! done, ARP resolved), then `blocks` measured blocks back to back. Goodput is the bytes of
-//! completed blocks over the wall time of the measured ones; block latency goes into an HDR
-//! histogram (microseconds, 3 significant digits) that is exported with the result so runs
-//! can be merged. Every block is checked byte by byte against the pattern the servers serve.
+//! strategies), reads `warmup` blocks per concurrent reader that are not measured
+//! (connections set up, slow start done, ARP resolved), then `blocks` measured reads. Each
+//! read has its own stripe: with `R` readers the configuration uses `min(pool, N x R)`
+//! servers and read `k` starts at server `k x N` of them (rotating), so concurrent reads meet
+//! at the client's port, not at one server. Goodput is the bytes of completed reads over the
+//! wall time of the measured ones; read latency goes into an HDR histogram (microseconds, 3
+//! significant digits) that is exported with the result so runs can be merged. Every block
+//! is checked byte by byte against the pattern the servers serve.
+//!
+//! With background flows, `F` bulk TCP flows from the server hosts stream to the client
+//! through the same port for the whole configuration (warm-up included), so reads meet a
+//! standing queue; their goodput during the measured reads is reported beside the reads'.
 
+use std::cell::RefCell;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,9 +26,10 @@ use hdrhistogram::Histogram;
 use incast_core::stripe::Fragment;
 use incast_core::{ServerId, Stripe};
 use incast_rpc::quic::QuicClientConfig;
-use incast_rpc::{Client, FanInError};
+use incast_rpc::Client;
 
 use crate::pattern;
+use crate::reference::BlockingClient;
 use crate::strategy::Strategy;
 
 /// How a block is laid out over the senders.
@@ -57,16 +67,19 @@ impl std::fmt::Display for Layout {
     }
 }
 
-/// The stripe of block number `no`: one fragment per sender, each with its own key, so a
-/// fragment landing in the wrong place is caught by [`pattern::verify`].
-pub fn stripe(servers: &[ServerId], layout: Layout, no: u64) -> Stripe {
-    let n = servers.len() as u64;
-    let block = layout.block(servers.len());
-    let (base, extra) = (block / n, block % n);
-    let frags = servers
-        .iter()
-        .enumerate()
-        .map(|(i, s)| Fragment::new(*s, format!("b{no}-f{i}"), 0, base + u64::from((i as u64) < extra)))
+/// The stripe of read number `no` over `senders` of the `pool` servers: one fragment per
+/// sender, starting at server `no x senders` (mod the pool) and rotating, each fragment with
+/// its own key, so a fragment landing in the wrong place is caught by [`pattern::verify`].
+pub fn stripe(pool: &[ServerId], senders: usize, layout: Layout, no: u64) -> Stripe {
+    let n = senders.clamp(1, pool.len().max(1));
+    let block = layout.block(n);
+    let (base, extra) = (block / n as u64, block % n as u64);
+    let first = (no as usize).wrapping_mul(n) % pool.len().max(1);
+    let frags = (0..n)
+        .map(|i| {
+            let s = pool[(first + i) % pool.len()];
+            Fragment::new(s, format!("b{no}-f{i}"), 0, base + u64::from((i as u64) < extra))
+        })
         .collect();
     Stripe::new(frags).expect("bench stripes are valid")
 }
@@ -94,6 +107,10 @@ pub struct RunSpec {
     pub max_time: Duration,
     /// Trust and tuning for the QUIC strategies.
     pub quic: Option<QuicClientConfig>,
+    /// Reads in flight at once, through one shared client.
+    pub concurrency: usize,
+    /// Bulk senders to stream from during the configuration (background flows).
+    pub background: Vec<SocketAddr>,
 }
 
 /// The result of one configuration, one JSON line.
@@ -109,7 +126,9 @@ pub struct Measurement {
     pub sru_bytes: u64,
     /// Bytes per block.
     pub block_bytes: u64,
-    /// Measured blocks attempted (fewer than asked when the time limit stopped the run).
+    /// Reads in flight at once through one shared client.
+    pub concurrency: usize,
+    /// Measured reads attempted (fewer than asked when the time limit stopped the run).
     pub blocks: u32,
     /// Blocks that failed (error or deadline); they count as no bytes.
     pub failed_blocks: u32,
@@ -121,7 +140,9 @@ pub struct Measurement {
     pub line_rate_fraction: f64,
     /// Block time at line rate, ms.
     pub ideal_ms: f64,
-    /// Block latency percentiles, ms.
+    /// Mean read latency, ms.
+    pub mean_ms: f64,
+    /// Read latency percentiles, ms.
     pub p50_ms: f64,
     /// 99th percentile.
     pub p99_ms: f64,
@@ -129,7 +150,8 @@ pub struct Measurement {
     pub max_ms: f64,
     /// p99 / ideal.
     pub p99_over_ideal: f64,
-    /// Kernel RTOs the servers' sockets took (TCP_INFO, Linux 6.7+ servers).
+    /// Kernel RTOs the servers' sockets took (TCP_INFO, Linux 6.7+ servers; not measured by
+    /// the `blocking` reference client).
     pub kernel_rtos: u64,
     /// Requests sent over QUIC.
     pub quic_requests: u64,
@@ -154,6 +176,10 @@ pub struct Measurement {
     pub grants: u64,
     /// Packets the switch port dropped (testbed).
     pub switch_drops: Option<u64>,
+    /// Background bulk flows through the same port.
+    pub background_flows: usize,
+    /// Their goodput during the measured reads, Mbit/s.
+    pub background_mbps: f64,
     /// Congestion control.
     pub cc: String,
     /// Port buffer, bytes (testbed).
@@ -200,19 +226,45 @@ pub enum RunError {
     },
     /// The last warm-up block failed: the servers are unreachable or broken, and measuring
     /// would only count failures.
-    #[error("{strategy} at {senders} senders: warm-up failed: {source}")]
+    #[error("{strategy} at {senders} senders: warm-up failed: {error}")]
     Warmup {
         /// Strategy.
         strategy: Strategy,
         /// Senders.
         senders: usize,
-        /// The read error.
-        source: FanInError,
+        /// The read error, as text (the library's or the reference client's).
+        error: String,
     },
 }
 
-/// Reads blocks as `spec` says. `on_block` is called after each measured block, and with the
-/// number of skipped blocks when the time limit ends the run early.
+/// Who reads: the library's client under a policy, or the reference blocking client.
+enum Reader {
+    Library(Arc<Client>, incast_core::Policy),
+    Blocking(Arc<BlockingClient>),
+}
+
+impl Reader {
+    async fn read(&self, s: Stripe) -> Result<(Vec<u8>, Option<incast_rpc::ReadReport>), String> {
+        match self {
+            Reader::Library(c, p) => c
+                .fan_in_read(&s, p)
+                .await
+                .map(|o| (o.block, Some(o.report)))
+                .map_err(|e| e.to_string()),
+            Reader::Blocking(c) => {
+                let c = c.clone();
+                tokio::task::spawn_blocking(move || c.read(&s))
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map(|b| (b, None))
+                    .map_err(|e| e.to_string())
+            }
+        }
+    }
+}
+
+/// Reads blocks as `spec` says. `on_block` is called after each measured read, and with the
+/// number of skipped reads when the time limit ends the run early.
 pub async fn measure(
     servers: &[(ServerId, SocketAddr)],
     spec: &RunSpec,
@@ -224,105 +276,162 @@ pub async fn measure(
             servers: servers.len(),
         });
     }
-    let used = &servers[..spec.senders];
+    let r = spec.concurrency.max(1);
+    let used = &servers[..servers.len().min(spec.senders.saturating_mul(r))];
     let ids: Vec<ServerId> = used.iter().map(|(id, _)| *id).collect();
-    let (policy, config) = spec
-        .strategy
-        .plan(
-            spec.senders,
-            spec.buffer_hint,
-            spec.read_timeout,
-            &spec.cc,
-            spec.quic.as_ref(),
-        )
-        .map_err(|why| RunError::Plan {
-            strategy: spec.strategy,
-            why,
-        })?;
-    let client = Arc::new(Client::with_config(used.iter().copied(), config));
+    let plan_error = |why| RunError::Plan {
+        strategy: spec.strategy,
+        why,
+    };
+    let reader = if spec.strategy == Strategy::Blocking {
+        Reader::Blocking(Arc::new(BlockingClient::new(used, spec.read_timeout)))
+    } else {
+        let (policy, config) = spec
+            .strategy
+            .plan(
+                spec.senders,
+                spec.buffer_hint,
+                spec.read_timeout,
+                &spec.cc,
+                spec.quic.as_ref(),
+            )
+            .map_err(plan_error)?;
+        Reader::Library(Arc::new(Client::with_config(used.iter().copied(), config)), policy)
+    };
     let corrupt = |source| RunError::Corrupt {
         strategy: spec.strategy,
         senders: spec.senders,
         source,
     };
-    let mut no = 0u64;
-    let mut last_failure = None;
-    for _ in 0..spec.warmup {
-        let s = stripe(&ids, spec.layout, no);
-        no += 1;
-        match client.fan_in_read(&s, &policy).await {
-            Ok(out) => {
-                pattern::verify(&s, &out.block).map_err(corrupt)?;
-                last_failure = None;
+    let background = Background::start(&spec.background, &spec.cc)
+        .await
+        .map_err(|e| plan_error(format!("background flows: {e}")))?;
+    let next = std::cell::Cell::new(0u64);
+    let stripe_of = |no| stripe(&ids, spec.senders, spec.layout, no);
+    // Warm-up: `warmup` reads per reader, all readers at once.
+    let last_failure = RefCell::new(None);
+    let warm = u64::from(spec.warmup) * r as u64;
+    let first_corrupt = RefCell::new(None);
+    futures_util::future::join_all((0..r).map(|_| async {
+        loop {
+            let no = next.get();
+            if no >= warm {
+                return;
             }
-            Err(e) => last_failure = Some(e),
+            next.set(no + 1);
+            let s = stripe_of(no);
+            match reader.read(s.clone()).await {
+                Ok((block, _)) => {
+                    if let Err(m) = pattern::verify(&s, &block) {
+                        first_corrupt.borrow_mut().get_or_insert(m);
+                    }
+                    *last_failure.borrow_mut() = None;
+                }
+                Err(e) => *last_failure.borrow_mut() = Some(e),
+            }
         }
+    }))
+    .await;
+    if let Some(m) = first_corrupt.take() {
+        return Err(corrupt(m));
     }
-    // Only the last warm-up block decides: earlier failures may be connects still settling.
-    if let Some(source) = last_failure {
+    // Only the last warm-up read decides: earlier failures may be connects still settling.
+    if let Some(error) = last_failure.take() {
         return Err(RunError::Warmup {
             strategy: spec.strategy,
             senders: spec.senders,
-            source,
+            error,
         });
     }
-    let mut hist = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds");
-    let mut m = Measurement {
+    let hist = RefCell::new(Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds"));
+    let m = RefCell::new(Measurement {
         strategy: spec.strategy.name().to_owned(),
         senders: spec.senders,
+        concurrency: r,
         layout: spec.layout.to_string(),
         sru_bytes: spec.layout.sru(spec.senders),
         block_bytes: spec.layout.block(spec.senders),
+        background_flows: spec.background.len(),
         ..Measurement::default()
-    };
-    let mut bytes = 0u64;
+    });
+    let bytes = std::cell::Cell::new(0u64);
+    let sum_us = std::cell::Cell::new(0u128);
+    let on_block = RefCell::new(&mut on_block);
     let cpu_before = crate::cpu::process_cpu();
+    let bulk_before = background.bytes();
     let start = Instant::now();
-    for i in 0..spec.blocks {
-        if start.elapsed() > spec.max_time {
-            on_block(u64::from(spec.blocks - i));
-            break;
-        }
-        m.blocks += 1;
-        let s = stripe(&ids, spec.layout, no);
-        no += 1;
-        let t = Instant::now();
-        match client.fan_in_read(&s, &policy).await {
-            Ok(out) => {
-                let took = t.elapsed();
-                pattern::verify(&s, &out.block).map_err(corrupt)?;
-                bytes += out.block.len() as u64;
-                hist.saturating_record(took.as_micros().max(1) as u64);
-                let r = &out.report;
-                m.kernel_rtos += r.kernel_rtos;
-                m.quic_requests += u64::from(r.quic_requests);
-                m.quic_loss_events += r.quic_loss_events;
-                m.quic_lost_packets += r.quic_lost_packets;
-                m.blocks_with_rto += u32::from(r.kernel_rtos > 0);
-                m.blocks_over_100ms += u32::from(took >= Duration::from_millis(100));
-                m.retransmits += r.retransmits;
-                m.hedges += r.stats.hedges;
-                m.grants += r.stats.grants;
+    let end_no = warm + u64::from(spec.blocks);
+    futures_util::future::join_all((0..r).map(|_| async {
+        loop {
+            let no = next.get();
+            if no >= end_no || start.elapsed() > spec.max_time {
+                return;
             }
-            Err(e) => {
-                m.failed_blocks += 1;
-                m.first_error.get_or_insert_with(|| e.to_string());
+            next.set(no + 1);
+            let s = stripe_of(no);
+            let t = Instant::now();
+            let res = reader.read(s.clone()).await;
+            let took = t.elapsed();
+            let mut m = m.borrow_mut();
+            m.blocks += 1;
+            match res {
+                Ok((block, report)) => {
+                    if let Err(x) = pattern::verify(&s, &block) {
+                        first_corrupt.borrow_mut().get_or_insert(x);
+                    }
+                    bytes.set(bytes.get() + block.len() as u64);
+                    sum_us.set(sum_us.get() + took.as_micros());
+                    hist.borrow_mut().saturating_record(took.as_micros().max(1) as u64);
+                    m.blocks_over_100ms += u32::from(took >= Duration::from_millis(100));
+                    if let Some(r) = report {
+                        m.kernel_rtos += r.kernel_rtos;
+                        m.quic_requests += u64::from(r.quic_requests);
+                        m.quic_loss_events += r.quic_loss_events;
+                        m.quic_lost_packets += r.quic_lost_packets;
+                        m.blocks_with_rto += u32::from(r.kernel_rtos > 0);
+                        m.retransmits += r.retransmits;
+                        m.hedges += r.stats.hedges;
+                        m.grants += r.stats.grants;
+                    }
+                }
+                Err(e) => {
+                    m.failed_blocks += 1;
+                    m.first_error.get_or_insert(e);
+                }
             }
+            drop(m);
+            (on_block.borrow_mut())(1);
         }
-        on_block(1);
-    }
+    }))
+    .await;
     let elapsed = start.elapsed();
+    let bulk = background.bytes().saturating_sub(bulk_before);
+    drop(background);
+    let mut m = m.into_inner();
+    if m.blocks < spec.blocks {
+        (on_block.borrow_mut())(u64::from(spec.blocks - m.blocks));
+    }
+    if let Some(x) = first_corrupt.take() {
+        return Err(corrupt(x));
+    }
     let cpu = crate::cpu::process_cpu().saturating_sub(cpu_before);
+    let bytes = bytes.get();
     if bytes > 0 {
         m.cpu_s_per_gib = cpu.as_secs_f64() / (bytes as f64 / (1u64 << 30) as f64);
     }
+    let secs = elapsed.as_secs_f64().max(1e-9);
     m.elapsed_s = elapsed.as_secs_f64();
-    m.goodput_mbps = bytes as f64 * 8.0 / elapsed.as_secs_f64().max(1e-9) / 1e6;
+    m.goodput_mbps = bytes as f64 * 8.0 / secs / 1e6;
+    m.background_mbps = bulk as f64 * 8.0 / secs / 1e6;
+    let hist = hist.into_inner();
     let ms = |us: u64| us as f64 / 1000.0;
+    let completed = m.blocks - m.failed_blocks;
+    if completed > 0 {
+        m.mean_ms = sum_us.get() as f64 / f64::from(completed) / 1000.0;
+    }
     m.p50_ms = ms(hist.value_at_quantile(0.5));
     m.p99_ms = ms(hist.value_at_quantile(0.99));
     m.max_ms = ms(hist.max());
-    let completed = m.blocks - m.failed_blocks;
     m.rto_free_fraction = if completed == 0 {
         0.0
     } else {
@@ -330,6 +439,50 @@ pub async fn measure(
     };
     m.histogram = encode_histogram(&hist);
     Ok(m)
+}
+
+/// Bulk flows that stream from the bulk senders to this client until dropped.
+struct Background {
+    bytes: Arc<AtomicU64>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Background {
+    async fn start(senders: &[SocketAddr], cc: &str) -> std::io::Result<Self> {
+        use tokio::io::AsyncReadExt;
+        let bytes = Arc::new(AtomicU64::new(0));
+        let mut tasks = Vec::with_capacity(senders.len());
+        for a in senders {
+            let mut sock = tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect(a))
+                .await
+                .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, format!("connecting to {a}")))??;
+            let _ = incast_rpc::SocketTuning {
+                congestion: Some(cc.to_owned()),
+                ..incast_rpc::SocketTuning::default()
+            }
+            .apply(&sock);
+            let count = bytes.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut buf = vec![0u8; 256 << 10];
+                while let Ok(n @ 1..) = sock.read(&mut buf).await {
+                    count.fetch_add(n as u64, Ordering::Relaxed);
+                }
+            }));
+        }
+        Ok(Self { bytes, tasks })
+    }
+
+    fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
 }
 
 impl Measurement {
@@ -381,8 +534,23 @@ mod tests {
         assert_eq!(Layout::Block(1 << 20).sru(256), 4096);
         assert_eq!(Layout::Sru(32 << 10).block(8), 256 << 10);
         let ids: Vec<ServerId> = (0..3).map(ServerId).collect();
-        let s = stripe(&ids, Layout::Block(10), 7);
+        let s = stripe(&ids, 3, Layout::Block(10), 7);
         assert_eq!(s.block_len(), 10);
         assert_ne!(s.fragment(0).key(), s.fragment(1).key());
+        // Reads rotate over a pool larger than a stripe: read k starts at server k x N.
+        let pool: Vec<ServerId> = (0..8).map(ServerId).collect();
+        let servers = |no| -> Vec<u32> {
+            stripe(&pool, 2, Layout::Sru(4), no)
+                .fragments()
+                .iter()
+                .map(|f| f.server().0)
+                .collect()
+        };
+        assert_eq!(servers(0), [0, 1]);
+        assert_eq!(servers(1), [2, 3]);
+        assert_eq!(servers(4), [0, 1]);
+        let odd: Vec<ServerId> = (0..5).map(ServerId).collect();
+        let s = stripe(&odd, 2, Layout::Sru(4), 2);
+        assert_eq!((s.fragment(0).server().0, s.fragment(1).server().0), (4, 0));
     }
 }

@@ -1,81 +1,142 @@
-//! Many pattern servers in one thread (and, on the testbed, in the servers' namespace).
+//! Pattern servers spread over the server hosts, and the bulk senders of background traffic,
+//! all in one thread.
 //!
 //! One thread with a current-thread runtime hosts every server: on a 2-core machine the
-//! client gets the other core, and the servers' sockets all meet in the one shaped queue,
-//! which is what incast needs (the seeds' senders are separate hosts, but what matters is
-//! that their flows share the bottleneck).
+//! client gets the other core. On the testbed the thread enters each host's namespace in turn
+//! to open that host's listeners (a socket lives in the namespace it was created in, and
+//! accepted connections in their listener's), so server `i` listens on host `i % H` and its
+//! responses leave through that host's NIC. What the emulation owes to separate machines is
+//! each host's own queue and line-rate NIC ([`crate::testbed`]); the sending CPU is shared.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
 use incast_core::ServerId;
-use incast_rpc::{serve, ServerConfig};
+use incast_rpc::{serve, ServerConfig, SocketTuning};
+use tokio::io::AsyncWriteExt;
 use tokio::sync::oneshot;
 
 use crate::netns::Netns;
 use crate::pattern::PatternStore;
 
+/// Bytes a bulk sender writes per call.
+const BULK_WRITE: usize = 256 << 10;
+
+/// Where servers run: one entry per host, the namespace (`None`: this thread's) and address.
+pub type Hosts = Vec<(Option<Netns>, IpAddr)>;
+
 /// Running servers; dropping the value stops them.
 #[derive(Debug)]
 pub struct ServerSet {
     addrs: Vec<(ServerId, SocketAddr)>,
+    bulk: Vec<SocketAddr>,
     tuning: Option<String>,
     stop: Option<oneshot::Sender<()>>,
-    thread: Option<JoinHandle<std::io::Result<std::io::Result<()>>>>,
+    thread: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+enum Started {
+    Server(ServerId, SocketAddr, Option<String>),
+    Bulk(SocketAddr),
 }
 
 impl ServerSet {
-    /// Starts `count` servers on `ip` (ephemeral ports), inside `ns` when given.
-    pub fn start(ns: Option<&Netns>, ip: IpAddr, count: usize, config: ServerConfig) -> std::io::Result<Self> {
+    /// Starts `count` servers (server `i` on host `i % hosts.len()`, ephemeral ports) and
+    /// `bulk` bulk senders (sender `f` on host `f % hosts.len()`) that stream to whoever
+    /// connects until the connection closes, with congestion control `cc`.
+    pub fn start(hosts: Hosts, count: usize, bulk: usize, cc: &str, config: ServerConfig) -> std::io::Result<Self> {
+        if hosts.is_empty() {
+            return Err(std::io::Error::other("no hosts to start servers on"));
+        }
         let (addr_tx, addr_rx) = mpsc::channel();
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let cc = cc.to_owned();
         let body = move || -> std::io::Result<()> {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
             rt.block_on(async move {
+                let enter = |h: usize| match &hosts[h % hosts.len()].0 {
+                    Some(ns) => ns.enter(),
+                    None => Ok(()),
+                };
+                let ip = |h: usize| hosts[h % hosts.len()].1;
                 let mut handles = Vec::with_capacity(count);
+                let mut tasks = Vec::with_capacity(bulk);
+                let fail = |e: std::io::Error| {
+                    let _ = addr_tx.send(Err(e));
+                };
                 for i in 0..count {
-                    match serve(SocketAddr::new(ip, 0), PatternStore, config.clone()).await {
+                    // `serve` binds before its first await, so the listener is created in
+                    // the namespace entered here.
+                    let started = match enter(i) {
+                        Ok(()) => serve(SocketAddr::new(ip(i), 0), PatternStore, config.clone()).await,
+                        Err(e) => Err(e),
+                    };
+                    match started {
                         Ok(h) => {
-                            let _ = addr_tx.send(Ok((ServerId(i as u32), h.local_addr(), h.tuning_report())));
+                            let _ = addr_tx.send(Ok(Started::Server(
+                                ServerId(i as u32),
+                                h.local_addr(),
+                                h.tuning_report(),
+                            )));
                             handles.push(h);
                         }
-                        Err(e) => {
-                            let _ = addr_tx.send(Err(e));
-                            return;
+                        Err(e) => return fail(e),
+                    }
+                }
+                for f in 0..bulk {
+                    let listener = match enter(f).and_then(|()| std::net::TcpListener::bind(SocketAddr::new(ip(f), 0)))
+                    {
+                        Ok(l) => l,
+                        Err(e) => return fail(e),
+                    };
+                    let started = listener
+                        .set_nonblocking(true)
+                        .and_then(|()| listener.local_addr())
+                        .and_then(|a| Ok((a, tokio::net::TcpListener::from_std(listener)?)));
+                    match started {
+                        Ok((addr, l)) => {
+                            let _ = addr_tx.send(Ok(Started::Bulk(addr)));
+                            tasks.push(tokio::spawn(bulk_sender(l, cc.clone())));
                         }
+                        Err(e) => return fail(e),
                     }
                 }
                 let _ = stop_rx.await;
                 for h in handles {
                     h.abort();
                 }
+                for t in tasks {
+                    t.abort();
+                }
             });
             Ok(())
         };
-        let thread = match ns {
-            Some(ns) => ns.spawn(body)?,
-            None => std::thread::Builder::new()
-                .name("servers".into())
-                .spawn(move || Ok(body()))?,
-        };
+        let thread = std::thread::Builder::new().name("servers".into()).spawn(body)?;
         let mut addrs = Vec::with_capacity(count);
+        let mut bulk_addrs = Vec::with_capacity(bulk);
         let mut tuning = None;
-        // The sender lives as long as the servers, so receive exactly `count` answers (or
-        // stop early when the thread ended).
-        for r in addr_rx.iter().take(count) {
-            let (id, addr, t) = r?;
-            addrs.push((id, addr));
-            tuning = tuning.or(t);
+        // The sender lives as long as the servers, so receive exactly what was asked (or stop
+        // early when the thread ended).
+        for r in addr_rx.iter().take(count + bulk) {
+            match r? {
+                Started::Server(id, addr, t) => {
+                    addrs.push((id, addr));
+                    tuning = tuning.or(t);
+                }
+                Started::Bulk(addr) => bulk_addrs.push(addr),
+            }
         }
-        if addrs.len() != count {
+        if addrs.len() != count || bulk_addrs.len() != bulk {
             return Err(std::io::Error::other(format!(
-                "only {} of {count} servers started",
-                addrs.len()
+                "only {} of {count} servers and {} of {bulk} bulk senders started",
+                addrs.len(),
+                bulk_addrs.len()
             )));
         }
         Ok(Self {
             addrs,
+            bulk: bulk_addrs,
             tuning,
             stop: Some(stop_tx),
             thread: Some(thread),
@@ -90,6 +151,28 @@ impl ServerSet {
     /// Server ids and addresses.
     pub fn addrs(&self) -> &[(ServerId, SocketAddr)] {
         &self.addrs
+    }
+
+    /// Addresses of the bulk senders.
+    pub fn bulk(&self) -> &[SocketAddr] {
+        &self.bulk
+    }
+}
+
+/// Streams a constant buffer to every connection until it closes.
+async fn bulk_sender(listener: tokio::net::TcpListener, cc: String) {
+    let data = vec![0x5a_u8; BULK_WRITE];
+    loop {
+        let Ok((mut sock, _)) = listener.accept().await else {
+            return;
+        };
+        let _ = SocketTuning {
+            congestion: Some(cc.clone()),
+            ..SocketTuning::default()
+        }
+        .apply(&sock);
+        let data = data.clone();
+        tokio::spawn(async move { while sock.write_all(&data).await.is_ok() {} });
     }
 }
 

@@ -14,6 +14,7 @@
 //! | `rto-route` | as naive; the servers' route gets `rto_min 1ms` (testbed only) | kernel defaults |
 //! | `quic` | `Policy::default()` | every request over QUIC (quinn): user-space loss recovery |
 //! | `fallback` | `Policy::default()` | TCP, hedges (and the rest of a stalled server's requests) over QUIC |
+//! | `blocking` | none: the reference client of [`crate::reference`], one thread per fragment | kernel defaults |
 
 use std::fmt;
 use std::str::FromStr;
@@ -49,11 +50,13 @@ pub enum Strategy {
     Quic,
     /// The library's defaults over TCP, hedging over QUIC.
     Fallback,
+    /// The reference blocking client (not the library): checks `naive`'s measurements.
+    Blocking,
 }
 
 impl Strategy {
     /// Every strategy, in table order.
-    pub const ALL: [Strategy; 9] = [
+    pub const ALL: [Strategy; 10] = [
         Strategy::Naive,
         Strategy::Capped,
         Strategy::Scheduled,
@@ -63,6 +66,7 @@ impl Strategy {
         Strategy::RtoRoute,
         Strategy::Quic,
         Strategy::Fallback,
+        Strategy::Blocking,
     ];
 
     /// Its name on the command line and in outputs.
@@ -77,6 +81,7 @@ impl Strategy {
             Strategy::RtoRoute => "rto-route",
             Strategy::Quic => "quic",
             Strategy::Fallback => "fallback",
+            Strategy::Blocking => "blocking",
         }
     }
 
@@ -138,7 +143,8 @@ impl Strategy {
             b.build().map_err(|e| e.to_string())
         };
         Ok(match self {
-            Strategy::Naive | Strategy::RtoRoute => (policy(naive()), plain()),
+            // `blocking` does not use the library; its plan is naive's, for the record.
+            Strategy::Naive | Strategy::RtoRoute | Strategy::Blocking => (policy(naive()), plain()),
             Strategy::Capped => {
                 let cap = (buffer / senders.max(1) as u64).clamp(
                     u64::from(incast_core::policy::MIN_WINDOW_CAP),

@@ -1,9 +1,9 @@
 //! Many configurations and strategies, side by side, in one run.
 //!
-//! The loop is layout → senders → strategy, so the strategies of one configuration run
-//! back to back and a noisy machine disturbs them alike. Before the sweep, the line rate is
-//! measured with one sender streaming 4 MiB blocks (the better of `naive` and `default`), and
-//! every result is expressed against it.
+//! The loop is layout → senders → concurrency → strategy, so the strategies of one
+//! configuration run back to back and a noisy machine disturbs them alike. Before the sweep,
+//! the line rate is measured with one sender streaming 4 MiB blocks (the better of `naive`
+//! and `default`, no background flows), and every result is expressed against it.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -17,10 +17,20 @@ use crate::output::{table_header, table_row};
 use crate::run::{measure, Layout, Measurement, RunError, RunSpec};
 use crate::servers::ServerSet;
 use crate::strategy::{Strategy, ROUTE_RTO_MIN};
-use crate::testbed::{Testbed, TestbedError};
+use crate::testbed::{host_addr, Testbed, TestbedError};
+
+/// Most servers a sweep starts for rotating concurrent reads over (more senders than this
+/// get one server each).
+pub const MAX_POOL: usize = 1024;
 
 /// Block of the line-rate probe.
 pub const LINE_RATE_BLOCK: u64 = 4 << 20;
+/// Measured blocks of one line-rate probe, per strategy.
+pub const LINE_RATE_BLOCKS: u32 = 8;
+/// Probes per strategy; the line rate is the best of them. On a 2-core VM one probe varied
+/// by up to 15% (kernel work of other namespaces, timer latency of the shapers), and noise
+/// only ever lowers a probe, so the best is the estimate of what the path carries.
+pub const LINE_RATE_ROUNDS: u32 = 3;
 
 /// Where the servers are.
 #[derive(Debug)]
@@ -49,6 +59,10 @@ impl Network {
 pub struct SweepSpec {
     /// Sender counts.
     pub senders: Vec<usize>,
+    /// Reads in flight at once (one shared client), a list.
+    pub concurrency: Vec<usize>,
+    /// Background bulk flows through the port during every configuration.
+    pub background: usize,
     /// Block layouts.
     pub layouts: Vec<Layout>,
     /// Strategies.
@@ -73,6 +87,35 @@ pub struct SweepSpec {
     pub quic_server_name: Option<String>,
     /// Servers started here: most datagrams per UDP GSO send.
     pub quic_gso: usize,
+}
+
+/// Measures one configuration, with the testbed's counters around it (and the per-route
+/// `rto_min` for `rto-route`).
+fn measure_one(
+    rt: &tokio::runtime::Runtime,
+    addrs: &[(ServerId, SocketAddr)],
+    run: &RunSpec,
+    testbed: Option<&Testbed>,
+    on_block: impl FnMut(u64),
+) -> Result<Measurement, SweepError> {
+    let rto_route = run.strategy == Strategy::RtoRoute;
+    if let (true, Some(tb)) = (rto_route, testbed) {
+        tb.set_route_rto_min(Some(ROUTE_RTO_MIN))?;
+    }
+    let before = testbed.map(|tb| tb.qdisc_stats()).transpose()?;
+    let r = rt.block_on(measure(addrs, run, on_block));
+    let after = testbed.map(|tb| tb.qdisc_stats()).transpose()?;
+    if let (true, Some(tb)) = (rto_route, testbed) {
+        tb.set_route_rto_min(None)?;
+    }
+    let mut m = r?;
+    m.cc = run.cc.clone();
+    if let (Some(tb), Some(b), Some(a)) = (testbed, before, after) {
+        m.switch_drops = Some(a.since(&b).dropped);
+        m.buffer_bytes = Some(tb.config().buffer_bytes);
+        m.rate_bps = Some(tb.config().rate_bps);
+    }
+    Ok(m)
 }
 
 /// quinn's congestion controller closest to the kernel's `cc`.
@@ -114,7 +157,11 @@ pub struct SweepResult {
 /// Runs the sweep; prints the table as results arrive.
 pub fn run(spec: SweepSpec, network: Network) -> Result<SweepResult, SweepError> {
     let max_n = spec.senders.iter().copied().max().unwrap_or(0);
-    if max_n == 0 || spec.layouts.is_empty() || spec.strategies.is_empty() || spec.blocks == 0 {
+    let max_r = spec.concurrency.iter().copied().max().unwrap_or(0);
+    if spec.senders.contains(&0) || spec.concurrency.contains(&0) {
+        return Err(SweepError::Invalid("senders and concurrency must be at least 1".into()));
+    }
+    if max_n == 0 || max_r == 0 || spec.layouts.is_empty() || spec.strategies.is_empty() || spec.blocks == 0 {
         return Err(SweepError::Invalid(
             "nothing to run: give senders, a layout, strategies and at least one block".into(),
         ));
@@ -146,11 +193,10 @@ pub fn run(spec: SweepSpec, network: Network) -> Result<SweepResult, SweepError>
                 TlsTrust::from_pem_file(ca).map_err(|e| invalid(&e))?
             }
             _ => {
-                let ip = match &network {
-                    Network::Testbed(tb) => tb.server_ip(),
-                    _ => IpAddr::V4(Ipv4Addr::LOCALHOST),
-                };
-                let cert = SelfSigned::generate(["localhost".to_owned(), ip.to_string()]).map_err(|e| invalid(&e))?;
+                // One name for every host of the testbed (the client asks for it below), so
+                // the certificate does not grow with the host count.
+                let cert = SelfSigned::generate(["localhost".to_owned(), Ipv4Addr::LOCALHOST.to_string()])
+                    .map_err(|e| invalid(&e))?;
                 let q = QuicServerConfig::builder(cert.identity())
                     .congestion(congestion)
                     .max_gso_segments(spec.quic_gso)
@@ -163,18 +209,30 @@ pub fn run(spec: SweepSpec, network: Network) -> Result<SweepResult, SweepError>
         let mut b = QuicClientConfig::builder(trust).congestion(congestion);
         if let Some(name) = &spec.quic_server_name {
             b = b.server_name(name.clone());
+        } else if matches!(network, Network::Testbed(_)) {
+            b = b.server_name("localhost".to_owned());
         }
         quic_client = Some(b.build().map_err(|e| invalid(&e))?);
     }
     let server_config = server_config.build().map_err(|e| invalid(&e))?;
+    // Concurrent reads rotate over more servers than one read uses (see `run`).
+    let pool = max_n.saturating_mul(max_r).min(max_n.max(MAX_POOL));
+    let start =
+        |hosts: crate::servers::Hosts| ServerSet::start(hosts, pool, spec.background, &spec.cc, server_config.clone());
     let (servers, testbed, addrs) = match &network {
         Network::Testbed(tb) => {
-            let set = ServerSet::start(Some(tb.servers()), tb.server_ip(), max_n, server_config)?;
+            let hosts = tb
+                .hosts()
+                .iter()
+                .enumerate()
+                .map(|(h, ns)| Ok((Some(ns.try_clone()?), IpAddr::V4(host_addr(h)))))
+                .collect::<std::io::Result<Vec<_>>>()?;
+            let set = start(hosts)?;
             let addrs = set.addrs().to_vec();
             (Some(set), Some(tb.clone()), addrs)
         }
         Network::Loopback => {
-            let set = ServerSet::start(None, IpAddr::V4(Ipv4Addr::LOCALHOST), max_n, server_config)?;
+            let set = start(vec![(None, IpAddr::V4(Ipv4Addr::LOCALHOST))])?;
             let addrs = set.addrs().to_vec();
             (Some(set), None, addrs)
         }
@@ -185,16 +243,22 @@ pub fn run(spec: SweepSpec, network: Network) -> Result<SweepResult, SweepError>
                     h.len()
                 )));
             }
+            if spec.background > 0 {
+                return Err(SweepError::Invalid(
+                    "--background needs servers started here (--testbed or --loopback)".into(),
+                ));
+            }
             let addrs = h.iter().enumerate().map(|(i, a)| (ServerId(i as u32), *a)).collect();
             (None, None, addrs)
         }
     };
+    let bulk = servers.as_ref().map(|s| s.bulk().to_vec()).unwrap_or_default();
     if let Some(t) = servers.as_ref().and_then(|s| s.tuning_report()) {
         if t.contains("refused") && !spec.quiet {
             eprintln!("warning: the servers' socket options were not all taken:\n{t}");
         }
     }
-    let body = move || client_side(spec, testbed, addrs, quic_client);
+    let body = move || client_side(spec, testbed, addrs, bulk, quic_client);
     let out = match &network {
         Network::Testbed(tb) => tb.client().run(body)?,
         _ => body(),
@@ -207,10 +271,18 @@ fn client_side(
     spec: SweepSpec,
     testbed: Option<Arc<Testbed>>,
     addrs: Vec<(ServerId, SocketAddr)>,
+    bulk: Vec<SocketAddr>,
     quic: Option<QuicClientConfig>,
 ) -> Result<SweepResult, SweepError> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let configs = spec.layouts.len() * spec.senders.len() * spec.strategies.len();
+    // The `blocking` reference client reads one block at a time: it runs at concurrency 1 only.
+    let runs = |r: usize| {
+        spec.strategies
+            .iter()
+            .filter(|s| r == 1 || **s != Strategy::Blocking)
+            .count()
+    };
+    let configs = spec.layouts.len() * spec.senders.len() * spec.concurrency.iter().map(|r| runs(*r)).sum::<usize>();
     let total = configs as u64 * u64::from(spec.blocks);
     let bar = if spec.quiet {
         indicatif::ProgressBar::hidden()
@@ -229,7 +301,7 @@ fn client_side(
         (false, true) => eprintln!("{line}"),
         (false, false) => bar.suspend(|| eprintln!("{line}")),
     };
-    let base = |strategy, senders, layout| RunSpec {
+    let base = |strategy, senders, layout, concurrency| RunSpec {
         strategy,
         senders,
         layout,
@@ -240,15 +312,17 @@ fn client_side(
         cc: spec.cc.clone(),
         max_time: spec.max_time,
         quic: quic.clone(),
+        concurrency,
+        background: Vec::new(),
     };
     // Line rate: one sender streaming, the better of naive and default.
     bar.set_message("line rate (1 sender, 4 MiB blocks)");
     let mut line_rate: f64 = 0.0;
-    for st in [Strategy::Naive, Strategy::Default] {
+    for st in (0..LINE_RATE_ROUNDS).flat_map(|_| [Strategy::Naive, Strategy::Default]) {
         let probe = RunSpec {
-            blocks: 8,
+            blocks: LINE_RATE_BLOCKS,
             warmup: 2,
-            ..base(st, 1, Layout::Block(LINE_RATE_BLOCK))
+            ..base(st, 1, Layout::Block(LINE_RATE_BLOCK), 1)
         };
         let m = rt.block_on(measure(&addrs, &probe, |_| {}))?;
         line_rate = line_rate.max(m.goodput_mbps);
@@ -258,29 +332,20 @@ fn client_side(
     let mut results = Vec::with_capacity(configs);
     for &layout in &spec.layouts {
         for &n in &spec.senders {
-            for &st in &spec.strategies {
-                bar.set_message(format!("{st} N={n} {layout}"));
-                let rto_route = st == Strategy::RtoRoute;
-                if let (true, Some(tb)) = (rto_route, &testbed) {
-                    tb.set_route_rto_min(Some(ROUTE_RTO_MIN))?;
+            for &r in &spec.concurrency {
+                for &st in spec.strategies.iter().filter(|s| r == 1 || **s != Strategy::Blocking) {
+                    bar.set_message(format!("{st} N={n} R={r} {layout}"));
+                    let run = RunSpec {
+                        background: bulk.clone(),
+                        ..base(st, n, layout, r)
+                    };
+                    let m = measure_one(&rt, &addrs, &run, testbed.as_deref(), |k| bar.inc(k))?;
+                    let mut m = m;
+                    m.set_line_rate(line_rate);
+                    let row = table_row(&m);
+                    bar.suspend(|| println!("{row}"));
+                    results.push(m);
                 }
-                let before = testbed.as_ref().map(|tb| tb.qdisc_stats()).transpose()?;
-                let r = rt.block_on(measure(&addrs, &base(st, n, layout), |k| bar.inc(k)));
-                let after = testbed.as_ref().map(|tb| tb.qdisc_stats()).transpose()?;
-                if let (true, Some(tb)) = (rto_route, &testbed) {
-                    tb.set_route_rto_min(None)?;
-                }
-                let mut m = r?;
-                m.set_line_rate(line_rate);
-                m.cc = spec.cc.clone();
-                if let (Some(tb), Some(b), Some(a)) = (&testbed, before, after) {
-                    m.switch_drops = Some(a.since(&b).dropped);
-                    m.buffer_bytes = Some(tb.config().buffer_bytes);
-                    m.rate_bps = Some(tb.config().rate_bps);
-                }
-                let row = table_row(&m);
-                bar.suspend(|| println!("{row}"));
-                results.push(m);
             }
         }
     }

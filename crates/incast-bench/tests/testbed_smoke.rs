@@ -1,9 +1,13 @@
-//! Smoke test of the emulated switch: build it, read blocks through it with `default`
-//! (every byte is checked against the pattern; a wrong byte fails the run), and check that
-//! nothing is left behind, also when the process is killed mid-run.
+//! Smoke test of the emulated cluster: build it (server hosts with their own NICs), check its
+//! calibration (one sender reaches 90% of the port's payload capacity), read blocks through
+//! it with `default`, `quic` and the reference `blocking` client, one read at a time and
+//! several at once, with and without background flows (every byte is checked against the
+//! pattern; a wrong byte fails the run), and check that nothing is left behind, also when the
+//! process is killed mid-run.
 //!
-//! Needs Linux, root (or `unshare -rn`), iproute2 and ethtool. Without them it says why and
-//! skips, unless `INCAST_REQUIRE_TESTBED=1` (set by `.ci/run`), where it fails instead.
+//! Needs Linux, root (or `unshare -rn`) and iproute2 (no ethtool binary: offloads go through
+//! the kernel's ioctl). Without them it says why and skips, unless
+//! `INCAST_REQUIRE_TESTBED=1` (set by `.ci/run`), where it fails instead.
 //!
 //! Run: `cargo test --release -p incast-bench --test testbed_smoke`
 
@@ -21,7 +25,7 @@ fn testbed_possible() -> bool {
                 .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
         })
         .unwrap_or(false);
-    let tools = ["ip", "tc", "ethtool"].iter().all(|t| {
+    let tools = ["ip", "tc"].iter().all(|t| {
         ["/usr/sbin", "/sbin", "/usr/bin", "/bin"]
             .iter()
             .any(|d| Path::new(d).join(t).exists())
@@ -29,7 +33,7 @@ fn testbed_possible() -> bool {
     if root && tools {
         return true;
     }
-    let why = format!("testbed needs root and ip/tc/ethtool (root: {root}, tools: {tools})");
+    let why = format!("testbed needs root and ip/tc (root: {root}, tools: {tools})");
     assert!(!required, "INCAST_REQUIRE_TESTBED=1 but {why}");
     eprintln!("skipping: {why}");
     false
@@ -86,66 +90,146 @@ fn assert_nothing_left() {
     assert!(pinned.is_empty(), "namespaces left pinned: {pinned:?}");
 }
 
-#[test]
-fn default_reads_every_byte_through_the_switch_and_leaves_nothing() {
-    if !testbed_possible() {
-        return;
-    }
-    let dir = std::env::temp_dir().join(format!("incast-smoke-{}", std::process::id()));
+/// Testbed tests take turns: they measure, and a second testbed would take their CPU.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn sweep_json(args: &[&str]) -> Vec<serde_json::Value> {
+    static RUN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let run = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("incast-smoke-{}-{run}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("smoke.jsonl");
     let t = Instant::now();
     let out = Command::new(BIN)
-        .args([
-            "sweep",
-            "--testbed",
-            "--senders",
-            "8,32",
-            "--sru",
-            "32KiB",
-            "--strategies",
-            "default,quic",
-        ])
-        .args([
-            "--blocks",
-            "20",
-            "--warmup",
-            "2",
-            "--max-time",
-            "20s",
-            "--quiet",
-            "--json",
-        ])
+        .args(["sweep", "--testbed", "--quiet", "--json"])
         .arg(&json)
+        .args(args)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "sweep failed:\n{stdout}\n{stderr}");
+    assert!(out.status.success(), "sweep {args:?} failed:\n{stdout}\n{stderr}");
     eprintln!("{stdout}(took {:?})", t.elapsed());
     let text = std::fs::read_to_string(&json).unwrap();
-    let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    assert_eq!(lines.len(), 5, "a header and four results:\n{text}");
-    assert_eq!(lines[0]["type"], "header");
-    assert_eq!(lines[0]["network"], "testbed");
-    assert_eq!(lines[0]["testbed"]["buffer_bytes"], 32768);
-    let expected = [("default", 8), ("quic", 8), ("default", 32), ("quic", 32)];
-    for (r, (strategy, n)) in lines[1..].iter().zip(expected) {
-        assert_eq!(r["strategy"], strategy);
+    std::fs::remove_dir_all(&dir).unwrap();
+    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+#[test]
+fn default_reads_every_byte_through_the_host_topology_and_leaves_nothing() {
+    if !testbed_possible() {
+        return;
+    }
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let lines = sweep_json(&[
+        "--senders",
+        "8,32",
+        "--sru",
+        "32KiB",
+        "--strategies",
+        "default,quic,blocking",
+        "--concurrency",
+        "1,4",
+        "--blocks",
+        "20",
+        "--warmup",
+        "2",
+        "--max-time",
+        "20s",
+    ]);
+    // A header, then (default, quic, blocking) at R = 1 and (default, quic) at R = 4, for
+    // each of two sender counts: `blocking` reads one block at a time.
+    assert_eq!(lines.len(), 1 + 2 * 5, "{lines:?}");
+    let h = &lines[0];
+    assert_eq!(h["type"], "header");
+    assert_eq!(h["network"], "testbed");
+    assert_eq!(h["testbed"]["buffer_bytes"], 32768);
+    // One host per sender of the widest read, each with a line-rate NIC.
+    assert_eq!(h["testbed"]["hosts"], 32);
+    assert_eq!(h["testbed"]["host_rate_bps"], 1_000_000_000u64);
+    // Calibration: one sender streaming reaches 90% of what the port can carry.
+    let capacity = h["port_payload_capacity_mbps"].as_f64().unwrap();
+    assert!((950.0..960.0).contains(&capacity), "{h}");
+    let of_capacity = h["line_rate_of_capacity"].as_f64().unwrap();
+    assert!(
+        of_capacity >= 0.9,
+        "one sender reached only {:.1}% of the port's payload capacity: the host model is miscalibrated\n{h}",
+        of_capacity * 100.0
+    );
+    let expected = [
+        ("default", 8, 1),
+        ("quic", 8, 1),
+        ("blocking", 8, 1),
+        ("default", 8, 4),
+        ("quic", 8, 4),
+        ("default", 32, 1),
+        ("quic", 32, 1),
+        ("blocking", 32, 1),
+        ("default", 32, 4),
+        ("quic", 32, 4),
+    ];
+    for (r, (strategy, n, conc)) in lines[1..].iter().zip(expected) {
+        assert_eq!(r["strategy"], strategy, "{r}");
         assert_eq!(r["senders"], n);
+        assert_eq!(r["concurrency"], conc);
         // QUIC through the switch: every request went over it, TCP's not at all.
         let quic_requests = r["quic_requests"].as_u64().unwrap();
         assert_eq!(quic_requests > 0, strategy == "quic", "{r}");
         assert_eq!(r["blocks"], 20);
-        assert_eq!(r["failed_blocks"], 0);
+        assert_eq!(r["failed_blocks"], 0, "{r}");
         assert_eq!(r["block_bytes"], 32768 * n);
-        assert!(r["goodput_mbps"].as_f64().unwrap() > 0.0);
-        // The testbed was really in the path: a 1 Gbit/s port cannot carry more.
-        assert!(r["goodput_mbps"].as_f64().unwrap() < 1000.0, "{r}");
+        let goodput = r["goodput_mbps"].as_f64().unwrap();
+        // The port was really in the path: it cannot carry more than its capacity.
+        assert!(goodput > 0.0 && goodput < capacity, "{r}");
+        let (mean, p50, p99, max) = (
+            r["mean_ms"].as_f64().unwrap(),
+            r["p50_ms"].as_f64().unwrap(),
+            r["p99_ms"].as_f64().unwrap(),
+            r["max_ms"].as_f64().unwrap(),
+        );
+        assert!(
+            0.0 < p50 && p50 <= p99 && p99 <= max * 1.001 && mean <= max * 1.001,
+            "{r}"
+        );
         assert!(r["switch_drops"].is_u64());
         assert!(!r["histogram"].as_str().unwrap().is_empty());
     }
-    std::fs::remove_dir_all(&dir).unwrap();
+    assert_nothing_left();
+}
+
+#[test]
+fn background_flows_share_the_port_with_the_reads() {
+    if !testbed_possible() {
+        return;
+    }
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let lines = sweep_json(&[
+        "--senders",
+        "8",
+        "--sru",
+        "64KiB",
+        "--strategies",
+        "naive",
+        "--background",
+        "2",
+        "--blocks",
+        "30",
+        "--warmup",
+        "2",
+        "--max-time",
+        "15s",
+    ]);
+    assert_eq!(lines.len(), 2);
+    let r = &lines[1];
+    assert_eq!(r["background_flows"], 2);
+    assert_eq!(r["failed_blocks"], 0, "{r}");
+    let (reads, bulk) = (
+        r["goodput_mbps"].as_f64().unwrap(),
+        r["background_mbps"].as_f64().unwrap(),
+    );
+    // Both got something through the one port, and together no more than it carries.
+    let capacity = lines[0]["port_payload_capacity_mbps"].as_f64().unwrap();
+    assert!(reads > 0.0 && bulk > 0.0 && reads + bulk < capacity * 1.02, "{r}");
     assert_nothing_left();
 }
 
@@ -154,16 +238,21 @@ fn a_killed_run_leaves_no_namespace_behind() {
     if !testbed_possible() {
         return;
     }
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut child = Command::new(BIN)
         .args([
             "sweep",
             "--testbed",
             "--senders",
             "16",
+            "--hosts",
+            "4",
             "--sru",
             "32KiB",
             "--strategies",
             "naive",
+            "--background",
+            "1",
         ])
         .args(["--blocks", "100000", "--max-time", "30s", "--quiet"])
         .stdout(Stdio::piped())
@@ -171,22 +260,36 @@ fn a_killed_run_leaves_no_namespace_behind() {
         .spawn()
         .unwrap();
     let pid = child.id();
-    // Wait until its namespaces exist: threads of the child in a network namespace other
-    // than ours.
+    // Wait until its namespaces exist and its servers run: namespaces other than ours that
+    // its threads are in or its descriptors hold (client, switch and the 4 hosts), and a
+    // thread in the client's namespace (the reads started).
     let ours = std::fs::read_link("/proc/self/ns/net").unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     let theirs = loop {
         let mut found = Vec::new();
+        let mut threads_inside = 0;
         if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
             for t in tasks.flatten() {
                 if let Ok(l) = std::fs::read_link(t.path().join("ns/net")) {
-                    if l != ours && !found.contains(&l) {
+                    if l != ours {
+                        threads_inside += 1;
+                        if !found.contains(&l) {
+                            found.push(l);
+                        }
+                    }
+                }
+            }
+        }
+        if let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
+            for fd in fds.flatten() {
+                if let Ok(l) = std::fs::read_link(fd.path()) {
+                    if l.to_string_lossy().starts_with("net:") && l != ours && !found.contains(&l) {
                         found.push(l);
                     }
                 }
             }
         }
-        if found.len() >= 2 {
+        if found.len() >= 6 && threads_inside >= 2 {
             break found;
         }
         assert!(Instant::now() < deadline, "the sweep never entered its namespaces");
@@ -232,6 +335,19 @@ fn bad_testbed_settings_are_refused_before_anything_is_built() {
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("testbed buffer is 10 B"), "{stderr}");
+    for (flag, value, says) in [
+        ("--hosts", "2000", "testbed hosts is 2000"),
+        ("--host-rate", "10bit", "testbed host rate is 10 bit/s"),
+        ("--concurrency", "0", "at least 1"),
+    ] {
+        let out = Command::new(BIN)
+            .args(["sweep", "--testbed", "--sru", "32KiB", "--senders", "2", flag, value])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(says), "{flag} {value}: {stderr}");
+    }
     let out = Command::new(BIN)
         .args(["sweep", "--loopback", "--sru", "32KiB", "--strategies", "rto-route"])
         .output()
@@ -242,6 +358,7 @@ fn bad_testbed_settings_are_refused_before_anything_is_built() {
 
 #[test]
 fn loopback_sweep_writes_json_csv_and_plot() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = std::env::temp_dir().join(format!("incast-loopback-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let (json, csv, svg) = (dir.join("r.jsonl"), dir.join("r.csv"), dir.join("r.svg"));
@@ -258,7 +375,7 @@ fn loopback_sweep_writes_json_csv_and_plot() {
         ])
         .args([
             "--strategies",
-            "naive,capped,scheduled,chunked,hedged,default,quic,fallback",
+            "naive,capped,scheduled,chunked,hedged,default,quic,fallback,blocking",
         ])
         .args(["--blocks", "4", "--warmup", "1", "--quiet", "--json"])
         .arg(&json)
@@ -269,7 +386,7 @@ fn loopback_sweep_writes_json_csv_and_plot() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let results = 2 * 2 * 8;
+    let results = 2 * 2 * 9;
     let text = std::fs::read_to_string(&json).unwrap();
     assert_eq!(text.lines().count(), 1 + results);
     let header: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
@@ -280,7 +397,7 @@ fn loopback_sweep_writes_json_csv_and_plot() {
     let plot = std::fs::read_to_string(&svg).unwrap();
     assert_eq!(
         plot.matches(r#"stroke-width="2""#).count(),
-        2 * 8,
+        2 * 9,
         "one segment per strategy and panel"
     );
     let table = String::from_utf8_lossy(&out.stdout);
