@@ -127,7 +127,7 @@ const CSV_FIELDS: &str =
     "strategy,layout,senders,sru_bytes,block_bytes,blocks,failed_blocks,goodput_mbps,line_rate_mbps,\
 line_rate_fraction,ideal_ms,p50_ms,p99_ms,max_ms,p99_over_ideal,kernel_rtos,blocks_with_rto,rto_free_fraction,\
 blocks_over_100ms,retransmits,hedges,grants,switch_drops,cc,buffer_bytes,rate_bps,elapsed_s,quic_requests,\
-quic_loss_events,quic_lost_packets,cpu_s_per_gib,concurrency,mean_ms,background_flows,background_mbps";
+quic_loss_events,quic_lost_packets,cpu_s_per_gib,concurrency,mean_ms,background_flows,background_mbps,machine_cpu_busy";
 
 /// Writes one CSV row per result (the histogram stays in the JSON).
 pub fn write_csv(path: &Path, results: &[Measurement]) -> Result<(), WriteError> {
@@ -138,7 +138,7 @@ pub fn write_csv(path: &Path, results: &[Measurement]) -> Result<(), WriteError>
     for m in results {
         writeln!(
             w,
-            "{},{},{},{},{},{},{},{:.1},{:.1},{:.4},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{:.4},{},{},{},{},{},{},{},{},{:.3},{},{},{},{:.3},{},{:.3},{},{:.1}",
+            "{},{},{},{},{},{},{},{:.1},{:.1},{:.4},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{:.4},{},{},{},{},{},{},{},{},{:.3},{},{},{},{:.3},{},{:.3},{},{:.1},{:.3}",
             m.strategy,
             m.layout,
             m.senders,
@@ -173,7 +173,8 @@ pub fn write_csv(path: &Path, results: &[Measurement]) -> Result<(), WriteError>
             m.concurrency,
             m.mean_ms,
             m.background_flows,
-            m.background_mbps
+            m.background_mbps,
+            m.machine_cpu_busy
         )
         .map_err(&e)?;
     }
@@ -183,7 +184,7 @@ pub fn write_csv(path: &Path, results: &[Measurement]) -> Result<(), WriteError>
 /// Header of the table.
 pub fn table_header() -> String {
     format!(
-        "{:<10} {:>5} {:>3} {:>9} {:>9} {:>9} {:>6} {:>8} {:>8} {:>8} {:>8} {:>7} {:>6} {:>8} {:>6} {:>6} {:>6} {:>7} {:>7}",
+        "{:<10} {:>5} {:>3} {:>9} {:>9} {:>9} {:>6} {:>8} {:>8} {:>8} {:>8} {:>7} {:>6} {:>8} {:>6} {:>6} {:>6} {:>7} {:>5} {:>7}",
         "strategy",
         "N",
         "R",
@@ -202,6 +203,7 @@ pub fn table_header() -> String {
         "hedges",
         "QUIC-l",
         "CPU/GiB",
+        "busy",
         "bg Mb/s"
     )
 }
@@ -235,7 +237,7 @@ pub fn table_row(m: &Measurement) -> String {
         "-".to_owned()
     };
     format!(
-        "{:<10} {:>5} {:>3} {:>9} {:>9} {:>9.1} {:>5.1}% {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>7.2} {:>6} {:>7.1}% {:>6} {:>6} {:>6} {:>6.2}s {:>7}{failed}",
+        "{:<10} {:>5} {:>3} {:>9} {:>9} {:>9.1} {:>5.1}% {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>7.2} {:>6} {:>7.1}% {:>6} {:>6} {:>6} {:>6.2}s {:>4.0}% {:>7}{failed}",
         m.strategy,
         m.senders,
         m.concurrency,
@@ -254,6 +256,7 @@ pub fn table_row(m: &Measurement) -> String {
         m.hedges,
         quic_losses,
         m.cpu_s_per_gib,
+        m.machine_cpu_busy * 100.0,
         bg
     )
 }

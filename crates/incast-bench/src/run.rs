@@ -162,6 +162,9 @@ pub struct Measurement {
     pub quic_lost_packets: u64,
     /// CPU seconds this process (client and in-process servers) spent per GiB of goodput.
     pub cpu_s_per_gib: f64,
+    /// Share of the whole machine's CPU time that was busy during the measured reads
+    /// (0..=1, every core, the testbed's kernel work included): 1 minus the headroom.
+    pub machine_cpu_busy: f64,
     /// Blocks during which at least one kernel RTO fired.
     pub blocks_with_rto: u32,
     /// Fraction of completed blocks without a kernel RTO.
@@ -358,6 +361,7 @@ pub async fn measure(
     let sum_us = std::cell::Cell::new(0u128);
     let on_block = RefCell::new(&mut on_block);
     let cpu_before = crate::cpu::process_cpu();
+    let ticks_before = crate::cpu::machine_ticks();
     let bulk_before = background.bytes();
     let start = Instant::now();
     let end_no = warm + u64::from(spec.blocks);
@@ -415,6 +419,7 @@ pub async fn measure(
         return Err(corrupt(x));
     }
     let cpu = crate::cpu::process_cpu().saturating_sub(cpu_before);
+    m.machine_cpu_busy = crate::cpu::busy_fraction(ticks_before, crate::cpu::machine_ticks()).unwrap_or(0.0);
     let bytes = bytes.get();
     if bytes > 0 {
         m.cpu_s_per_gib = cpu.as_secs_f64() / (bytes as f64 / (1u64 << 30) as f64);
