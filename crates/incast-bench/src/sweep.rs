@@ -89,6 +89,40 @@ pub struct SweepSpec {
     pub quic_gso: usize,
 }
 
+/// Where each strategy's goodput first fell under half the line rate (one read at a time,
+/// fixed-SRU layouts, no background), beside chen-2012's predicted onset for the same port
+/// (Equation 3: buffer, SRU and Linux's initial window of 10 segments).
+pub fn onsets(results: &[Measurement], tb: &crate::testbed::TestbedConfig) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut keys: Vec<(&str, u64)> = Vec::new();
+    for m in results {
+        let key = (m.strategy.as_str(), m.sru_bytes);
+        if m.concurrency == 1 && m.background_flows == 0 && m.layout.starts_with("SRU") && !keys.contains(&key) {
+            keys.push(key);
+        }
+    }
+    for (strategy, sru) in keys {
+        let mut rows: Vec<&Measurement> = results
+            .iter()
+            .filter(|m| {
+                m.strategy == strategy && m.sru_bytes == sru && m.concurrency == 1 && m.layout.starts_with("SRU")
+            })
+            .collect();
+        rows.sort_by_key(|m| m.senders);
+        let measured = rows.iter().find(|m| m.line_rate_fraction < 0.5).map_or_else(
+            || format!("none up to {} senders", rows.last().map_or(0, |m| m.senders)),
+            |m| format!("{} senders", m.senders),
+        );
+        let model = incast_core::model::onset_senders(tb.buffer_bytes, sru, incast_core::model::MSS_1448 * 10)
+            .map_or_else(|e| e.to_string(), |n| format!("{n} senders"));
+        out.push(format!(
+            "onset (first N under 50% of line rate): {strategy} SRU {}: measured {measured}; model (chen-2012 eq. 3) {model}",
+            crate::output::human(sru)
+        ));
+    }
+    out
+}
+
 /// Measures one configuration, with the testbed's counters around it (and the per-route
 /// `rto_min` for `rto-route`).
 fn measure_one(
@@ -350,6 +384,11 @@ fn client_side(
         }
     }
     bar.finish_and_clear();
+    if let Some(tb) = &testbed {
+        for line in onsets(&results, tb.config()) {
+            bar.suspend(|| println!("{line}"));
+        }
+    }
     Ok(SweepResult {
         line_rate_mbps: line_rate,
         results,
