@@ -59,12 +59,17 @@ impl BlockingClient {
             rest = tail;
             jobs.push((f, mine));
         }
+        // Every thread connects (first block only) and then waits, so that all requests
+        // leave together: spawning 64 threads takes milliseconds here, and requests sent as
+        // the threads come up would stagger the senders, which is not the synchronized read.
+        let start = std::sync::Barrier::new(jobs.len());
+        let start = &start;
         std::thread::scope(|s| {
             let handles: Vec<_> = jobs
                 .into_iter()
                 .map(|(f, out)| {
                     let id = self.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    s.spawn(move || self.fetch(f.server(), id, f.key(), f.offset(), out))
+                    s.spawn(move || self.fetch(f.server(), id, f.key(), f.offset(), out, start))
                 })
                 .collect();
             handles
@@ -78,22 +83,36 @@ impl BlockingClient {
         Ok(block)
     }
 
-    fn fetch(&self, server: ServerId, id: u64, key: &str, offset: u64, out: &mut [u8]) -> io::Result<()> {
-        let slot = self
-            .conns
-            .get(&server)
-            .ok_or_else(|| io::Error::other(format!("unknown server {server:?}")))?;
-        let mut guard = slot.lock().unwrap_or_else(|e| e.into_inner());
-        if guard.is_none() {
-            let s = TcpStream::connect_timeout(&self.addrs[&server], self.timeout)?;
-            s.set_read_timeout(Some(self.timeout))?;
-            s.set_write_timeout(Some(self.timeout))?;
-            *guard = Some(s);
-        }
-        let sock = guard.as_mut().expect("connected above");
+    fn fetch(
+        &self,
+        server: ServerId,
+        id: u64,
+        key: &str,
+        offset: u64,
+        out: &mut [u8],
+        start: &std::sync::Barrier,
+    ) -> io::Result<()> {
+        let slot = self.conns.get(&server);
+        let mut guard = slot.map(|m| m.lock().unwrap_or_else(|e| e.into_inner()));
+        let connected = match guard.as_deref_mut() {
+            None => Err(io::Error::other(format!("unknown server {server:?}"))),
+            Some(Some(_)) => Ok(()),
+            Some(conn @ None) => TcpStream::connect_timeout(&self.addrs[&server], self.timeout).and_then(|s| {
+                s.set_read_timeout(Some(self.timeout))?;
+                s.set_write_timeout(Some(self.timeout))?;
+                *conn = Some(s);
+                Ok(())
+            }),
+        };
+        // Wait for the others even when this one failed, or they would wait forever.
+        start.wait();
+        connected?;
+        let sock = guard.as_deref_mut().and_then(Option::as_mut).expect("connected above");
         let r = exchange(sock, id, key, offset, out);
         if r.is_err() {
-            *guard = None;
+            if let Some(g) = guard.as_deref_mut() {
+                *g = None;
+            }
         }
         r
     }
