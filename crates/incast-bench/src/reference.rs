@@ -4,8 +4,9 @@
 //! own frame encoding and decoding).
 //!
 //! It is the seeds' synchronized-read client: one kernel-default TCP connection per server,
-//! every fragment requested at once, one OS thread per fragment blocking in `read` until its
-//! fragment is complete, and the next block only after the last fragment arrived. It speaks
+//! every fragment requested at once (the requests written back to back from one thread), one
+//! OS thread per fragment blocking in `read` until its fragment is complete, and the next
+//! block only after the last fragment arrived. It speaks
 //! the wire format of [`incast_rpc::wire`] (documented there) encoded here by hand: a
 //! `Request` frame, then `Data` frames and an `End` frame (or an `Error`).
 //!
@@ -48,28 +49,36 @@ impl BlockingClient {
         }
     }
 
-    /// Reads the block: every fragment at once, one thread each. Any failure fails the block
-    /// (and drops that connection, so the next block reconnects).
+    /// Reads the block: every request written at once from this thread, as the seeds'
+    /// clients did, then one thread per fragment blocking until its fragment is complete. Any
+    /// failure fails the block (and drops that connection, so the next block reconnects).
     pub fn read(&self, stripe: &Stripe) -> io::Result<Vec<u8>> {
+        // Connect and send every request before any thread starts reading: threads that sent
+        // their own requests as they came up staggered the senders by milliseconds.
+        let mut readers = Vec::with_capacity(stripe.len());
+        for f in stripe.fragments() {
+            let id = self.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            readers.push(self.request(f.server(), id, f.key(), f.offset(), f.len())?);
+        }
         let mut block = vec![0u8; stripe.block_len() as usize];
         let mut rest = block.as_mut_slice();
         let mut jobs = Vec::with_capacity(stripe.len());
-        for f in stripe.fragments() {
+        for (f, (sock, id)) in stripe.fragments().iter().zip(readers) {
             let (mine, tail) = rest.split_at_mut(f.len() as usize);
             rest = tail;
-            jobs.push((f, mine));
+            jobs.push((f.server(), sock, id, mine));
         }
-        // Every thread connects (first block only) and then waits, so that all requests
-        // leave together: spawning 64 threads takes milliseconds here, and requests sent as
-        // the threads come up would stagger the senders, which is not the synchronized read.
-        let start = std::sync::Barrier::new(jobs.len());
-        let start = &start;
         std::thread::scope(|s| {
             let handles: Vec<_> = jobs
                 .into_iter()
-                .map(|(f, out)| {
-                    let id = self.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    s.spawn(move || self.fetch(f.server(), id, f.key(), f.offset(), out, start))
+                .map(|(server, mut sock, id, out)| {
+                    s.spawn(move || {
+                        let r = response(&mut sock, id, out);
+                        if r.is_err() {
+                            self.forget(server);
+                        }
+                        r
+                    })
                 })
                 .collect();
             handles
@@ -83,38 +92,31 @@ impl BlockingClient {
         Ok(block)
     }
 
-    fn fetch(
-        &self,
-        server: ServerId,
-        id: u64,
-        key: &str,
-        offset: u64,
-        out: &mut [u8],
-        start: &std::sync::Barrier,
-    ) -> io::Result<()> {
-        let slot = self.conns.get(&server);
-        let mut guard = slot.map(|m| m.lock().unwrap_or_else(|e| e.into_inner()));
-        let connected = match guard.as_deref_mut() {
-            None => Err(io::Error::other(format!("unknown server {server:?}"))),
-            Some(Some(_)) => Ok(()),
-            Some(conn @ None) => TcpStream::connect_timeout(&self.addrs[&server], self.timeout).and_then(|s| {
-                s.set_read_timeout(Some(self.timeout))?;
-                s.set_write_timeout(Some(self.timeout))?;
-                *conn = Some(s);
-                Ok(())
-            }),
+    /// Sends one request on `server`'s connection (opened on first use) and returns a handle
+    /// to read its response on.
+    fn request(&self, server: ServerId, id: u64, key: &str, offset: u64, len: u64) -> io::Result<(TcpStream, u64)> {
+        let (Some(slot), Some(addr)) = (self.conns.get(&server), self.addrs.get(&server)) else {
+            return Err(io::Error::other(format!("unknown server {server:?}")));
         };
-        // Wait for the others even when this one failed, or they would wait forever.
-        start.wait();
-        connected?;
-        let sock = guard.as_deref_mut().and_then(Option::as_mut).expect("connected above");
-        let r = exchange(sock, id, key, offset, out);
-        if r.is_err() {
-            if let Some(g) = guard.as_deref_mut() {
-                *g = None;
-            }
+        let mut conn = slot.lock().unwrap_or_else(|e| e.into_inner());
+        if conn.is_none() {
+            let s = TcpStream::connect_timeout(addr, self.timeout)?;
+            s.set_read_timeout(Some(self.timeout))?;
+            s.set_write_timeout(Some(self.timeout))?;
+            *conn = Some(s);
         }
-        r
+        let sock = conn.as_mut().expect("connected above");
+        let sent = send_request(sock, id, key, offset, len).and_then(|()| sock.try_clone());
+        if sent.is_err() {
+            *conn = None;
+        }
+        sent.map(|s| (s, id))
+    }
+
+    fn forget(&self, server: ServerId) {
+        if let Some(slot) = self.conns.get(&server) {
+            *slot.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        }
     }
 }
 
@@ -127,16 +129,20 @@ fn header(kind: u8, len: u32, id: u64) -> [u8; 16] {
     h
 }
 
-/// Sends one request and reads its response into `out`.
-fn exchange(sock: &mut TcpStream, id: u64, key: &str, offset: u64, out: &mut [u8]) -> io::Result<()> {
+/// Writes one `Request` frame.
+fn send_request(sock: &mut TcpStream, id: u64, key: &str, offset: u64, len: u64) -> io::Result<()> {
     let key = key.as_bytes();
     let mut req = Vec::with_capacity(16 + 18 + key.len());
     req.extend_from_slice(&header(REQUEST, (18 + key.len()) as u32, id));
     req.extend_from_slice(&offset.to_be_bytes());
-    req.extend_from_slice(&(out.len() as u64).to_be_bytes());
+    req.extend_from_slice(&len.to_be_bytes());
     req.extend_from_slice(&(key.len() as u16).to_be_bytes());
     req.extend_from_slice(key);
-    sock.write_all(&req)?;
+    sock.write_all(&req)
+}
+
+/// Reads the response to request `id` into `out`: `Data` frames, then `End`.
+fn response(sock: &mut TcpStream, id: u64, out: &mut [u8]) -> io::Result<()> {
     let bad = |what: String| io::Error::new(io::ErrorKind::InvalidData, what);
     let mut filled = 0usize;
     let mut skip = [0u8; 2048];
