@@ -111,51 +111,41 @@ impl Netns {
 
     /// Runs a command inside the namespace; fails with its stderr when it exits non-zero.
     pub fn command(&self, program: &str, args: &[&str]) -> Result<String, CommandError> {
-        let program = program.to_owned();
-        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
         let line = format!("{program} {}", args.join(" "));
-        let ns = self.name.clone();
-        let out = self
-            .run(move || Command::new(&program).args(&args).output())
-            .and_then(|r| r)
-            .map_err(|source| CommandError::Spawn {
-                line: line.clone(),
-                ns: ns.clone(),
-                source,
-            })?;
-        if out.status.success() {
-            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-        } else {
-            Err(CommandError::Failed {
-                line,
-                ns,
-                status: out.status.to_string(),
-                stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
-            })
-        }
+        self.exec(program, args, None, line)
     }
 
     /// Runs `program -batch -` inside the namespace with `script` on its standard input (one
     /// `ip` or `tc` command a line): one process for many commands.
     pub fn batch(&self, program: &str, script: &str) -> Result<String, CommandError> {
+        let first = script.lines().next().unwrap_or("");
+        let line = format!("{program} -batch - ({} lines, first: {first})", script.lines().count());
+        self.exec(program, &["-batch", "-"], Some(script.to_owned()), line)
+    }
+
+    /// Runs `program args` inside the namespace, with `stdin` on its standard input when given;
+    /// `line` names it in errors.
+    fn exec(&self, program: &str, args: &[&str], stdin: Option<String>, line: String) -> Result<String, CommandError> {
         use std::io::Write as _;
         use std::process::Stdio;
         let program = program.to_owned();
-        let input = script.to_owned();
-        let first = script.lines().next().unwrap_or("").to_owned();
-        let line = format!("{program} -batch - ({} lines, first: {first})", script.lines().count());
+        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
         let ns = self.name.clone();
         let out = self
             .run(move || -> io::Result<std::process::Output> {
-                let mut child = Command::new(&program)
-                    .args(["-batch", "-"])
+                let mut cmd = Command::new(&program);
+                cmd.args(&args);
+                let Some(input) = stdin else {
+                    return cmd.output();
+                };
+                let mut child = cmd
                     .stdin(Stdio::piped())
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped())
                     .spawn()?;
-                let mut stdin = child.stdin.take().expect("stdin is piped");
-                let written = stdin.write_all(input.as_bytes());
-                drop(stdin);
+                let mut pipe = child.stdin.take().expect("stdin is piped");
+                let written = pipe.write_all(input.as_bytes());
+                drop(pipe);
                 let out = child.wait_with_output()?;
                 written.map(|()| out)
             })
