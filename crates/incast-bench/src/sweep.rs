@@ -19,6 +19,10 @@ use crate::servers::ServerSet;
 use crate::strategy::{Strategy, ROUTE_RTO_MIN};
 use crate::testbed::{host_addr, Testbed, TestbedError};
 
+/// Share of the port's payload capacity one sender must reach for the testbed to count as
+/// calibrated (the smoke test checks the same; below it the sweep warns).
+pub const CALIBRATED: f64 = 0.9;
+
 /// Most servers a sweep starts for rotating concurrent reads over (more senders than this
 /// get one server each).
 pub const MAX_POOL: usize = 1024;
@@ -369,6 +373,18 @@ fn client_side(
         line_rate = line_rate.max(m.goodput_mbps);
     }
     say(format!("line rate (one sender streaming): {line_rate:.1} Mbit/s"));
+    if let Some(tb) = &testbed {
+        let capacity = tb.config().payload_capacity_mbps();
+        if line_rate < CALIBRATED * capacity {
+            // Always said, also with --quiet: every number after this measures the machine.
+            eprintln!(
+                "warning: one sender reaches only {:.0}% of the port's payload capacity ({capacity:.0} Mbit/s): \
+                 this machine cannot emulate the port at this rate (CPU, or timer latency of the shapers), \
+                 so the results measure the machine, not incast",
+                line_rate / capacity * 100.0
+            );
+        }
+    }
     bar.suspend(|| println!("{}", table_header()));
     let mut results = Vec::with_capacity(configs);
     for &layout in &spec.layouts {
