@@ -18,6 +18,20 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use incast_core::model::{self, ModelInput};
 
+/// `println!` that ends the program quietly when stdout is a closed pipe
+/// (`incast-bench testbed status | head`), where `println!` would panic.
+macro_rules! outln {
+    () => { outln!("") };
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout(), $($t)*) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                std::process::exit(0);
+            }
+        }
+    }};
+}
+
 mod cpu;
 mod netns;
 mod offload;
@@ -349,10 +363,10 @@ fn run_model(a: &ModelArgs) -> Result<(), model::ModelError> {
     let rec = model::recommend(a.rate, a.rtt, a.buffer, a.mss)?;
     if a.json {
         let out = serde_json::json!({ "input": input, "onset_senders": onset, "curve": points, "recommendation": rec });
-        println!("{out}");
+        outln!("{out}");
         return Ok(());
     }
-    println!(
+    outln!(
         "port {} Mbit/s, buffer {} B, RTT {:?}, RTO {:?}, SRU {} B, initial window {} B",
         a.rate / 1_000_000,
         a.buffer,
@@ -361,13 +375,16 @@ fn run_model(a: &ModelArgs) -> Result<(), model::ModelError> {
         a.sru,
         a.initial_window
     );
-    println!("predicted onset of goodput collapse (equation 3): {onset} senders\n");
-    println!(
+    outln!("predicted onset of goodput collapse (equation 3): {onset} senders\n");
+    outln!(
         "{:>8} {:>14} {:>14} {:>14}",
-        "senders", "eq.1 Mbit/s", "eq.2/4 Mbit/s", "predicted"
+        "senders",
+        "eq.1 Mbit/s",
+        "eq.2/4 Mbit/s",
+        "predicted"
     );
     for p in &points {
-        println!(
+        outln!(
             "{:>8} {:>14.1} {:>14.1} {:>14.1}",
             p.senders,
             p.before_bps / 1e6,
@@ -375,10 +392,14 @@ fn run_model(a: &ModelArgs) -> Result<(), model::ModelError> {
             p.predicted_bps / 1e6
         );
     }
-    println!(
+    outln!(
         "\nrecommended policy: K = {} senders, B = {} bytes in flight, C = {} byte grants, \
          window cap {} bytes (path holds {} bytes)",
-        rec.max_senders, rec.inflight_budget, rec.chunk, rec.window_cap, rec.bdp
+        rec.max_senders,
+        rec.inflight_budget,
+        rec.chunk,
+        rec.window_cap,
+        rec.bdp
     );
     Ok(())
 }
@@ -542,7 +563,7 @@ fn run_serve(a: &ServeArgs) -> Result<(), CliError> {
                 incast_rpc::serve(addr, FileStore::new(&a.store), config.clone()).await
             }
             .map_err(|e| CliError::Usage(format!("cannot listen on {addr}: {e}")))?;
-            println!("serving {} on {}", a.store, h.local_addr());
+            outln!("serving {} on {}", a.store, h.local_addr());
             if let Some(t) = h.tuning_report() {
                 if t.contains("refused") {
                     eprintln!("socket tuning: {t}");
@@ -573,8 +594,8 @@ fn run_testbed(action: &TestbedAction) -> Result<(), CliError> {
             }
             let tb = Testbed::up(link.testbed(TESTBED_UP_HOSTS))?;
             tb.pin()?;
-            println!("testbed up: {}", tb.config());
-            println!(
+            outln!("testbed up: {}", tb.config());
+            outln!(
                 "client {} in netns incast-client; host h at {} ... in netns incast-host<h>;\n\
                  the shaped port is {} in netns incast-switch.\n\
                  e.g.  ip netns exec incast-host0 incast-bench serve --listen {}:7000 &\n      \
@@ -594,16 +615,16 @@ fn run_testbed(action: &TestbedAction) -> Result<(), CliError> {
         TestbedAction::Down => {
             let removed = testbed::down()?;
             if removed.is_empty() {
-                println!("no testbed namespaces to remove");
+                outln!("no testbed namespaces to remove");
             } else {
-                println!("removed {}", removed.join(", "));
+                outln!("removed {}", removed.join(", "));
             }
             Ok(())
         }
         TestbedAction::Status => {
             let stray = testbed::leftover_interfaces()?;
             if !stray.is_empty() {
-                println!(
+                outln!(
                     "interfaces named {}* in this namespace: {}",
                     testbed::PREFIX,
                     stray.join(", ")
@@ -611,20 +632,20 @@ fn run_testbed(action: &TestbedAction) -> Result<(), CliError> {
             }
             let pinned = testbed::pinned();
             if pinned.is_empty() {
-                println!("testbed down (no pinned incast namespaces)");
+                outln!("testbed down (no pinned incast namespaces)");
                 return Ok(());
             }
             for ns in &pinned {
                 let out = std::process::Command::new("ip")
                     .args(["-n", ns, "-br", "addr"])
                     .output()?;
-                println!("== {ns}\n{}", String::from_utf8_lossy(&out.stdout).trim_end());
+                outln!("== {ns}\n{}", String::from_utf8_lossy(&out.stdout).trim_end());
             }
             let out = std::process::Command::new("ip")
                 .args(["netns", "exec", "incast-switch", "tc", "-s", "qdisc", "show", "dev"])
                 .arg(testbed::SWITCH_CLIENT_PORT)
                 .output()?;
-            println!("== shaped port\n{}", String::from_utf8_lossy(&out.stdout).trim_end());
+            outln!("== shaped port\n{}", String::from_utf8_lossy(&out.stdout).trim_end());
             Ok(())
         }
     }
@@ -648,7 +669,7 @@ fn run_demo(a: &DemoArgs) -> Result<(), CliError> {
     };
     let (network, tb) = match Testbed::up(tb_config.clone()) {
         Ok(tb) => {
-            println!(
+            outln!(
                 "Built an emulated cluster in network namespaces: {tb_config}.\n\
                  Reading blocks striped over 1-64 servers, 64 KiB from each, one read at a time and\n\
                  four at once through one client, with `naive` (every fragment at once, kernel\n\
@@ -657,7 +678,7 @@ fn run_demo(a: &DemoArgs) -> Result<(), CliError> {
             (Network::Testbed(Arc::new(tb)), Some(tb_config.clone()))
         }
         Err(e @ (TestbedError::NoPrivilege { .. } | TestbedError::NotLinux | TestbedError::MissingTool { .. })) => {
-            println!(
+            outln!(
                 "Cannot build the emulated cluster: {e}.\n\
                  Running on loopback instead. Loopback has no shallow switch buffer, so it shows no\n\
                  incast; and the default in-flight budget (64 KiB, sized for a shallow-buffered\n\
@@ -704,7 +725,7 @@ fn run_demo(a: &DemoArgs) -> Result<(), CliError> {
 }
 
 fn summarize_demo(results: &[run::Measurement]) {
-    println!();
+    outln!();
     for r in DEMO_CONCURRENCY {
         for n in DEMO_SENDERS.iter().filter(|n| **n > 1) {
             let get = |s: &str| {
@@ -713,7 +734,7 @@ fn summarize_demo(results: &[run::Measurement]) {
                     .find(|m| m.senders == *n && m.concurrency == r && m.strategy == s)
             };
             if let (Some(naive), Some(def)) = (get("naive"), get("default")) {
-                println!(
+                outln!(
                     "{n:>3} senders, {r} at once: default {:.0} Mbit/s, p99 {:.1} ms, {} kernel RTOs; naive {:.0} Mbit/s, \
                      p99 {:.1} ms, {} kernel RTOs ({:.1}x goodput)",
                     def.goodput_mbps,
@@ -726,7 +747,7 @@ fn summarize_demo(results: &[run::Measurement]) {
                 );
             }
             if let Some(q) = get("quic") {
-                println!(
+                outln!(
                     "                        quic {:.0} Mbit/s, p99 {:.1} ms, {} QUIC loss-recovery events, {:.2} CPU s/GiB",
                     q.goodput_mbps, q.p99_ms, q.quic_loss_events, q.cpu_s_per_gib
                 );

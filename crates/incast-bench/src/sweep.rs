@@ -385,7 +385,7 @@ fn client_side(
             );
         }
     }
-    bar.suspend(|| println!("{}", table_header()));
+    bar.suspend(|| outln!("{}", table_header()));
     let mut results = Vec::with_capacity(configs);
     for &layout in &spec.layouts {
         for &n in &spec.senders {
@@ -400,7 +400,7 @@ fn client_side(
                     let mut m = m;
                     m.set_line_rate(line_rate);
                     let row = table_row(&m);
-                    bar.suspend(|| println!("{row}"));
+                    bar.suspend(|| outln!("{row}"));
                     results.push(m);
                 }
             }
@@ -409,7 +409,7 @@ fn client_side(
     bar.finish_and_clear();
     if let Some(tb) = &testbed {
         for line in onsets(&results, tb.config()) {
-            bar.suspend(|| println!("{line}"));
+            bar.suspend(|| outln!("{line}"));
         }
     }
     Ok(SweepResult {
