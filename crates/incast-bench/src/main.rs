@@ -254,7 +254,8 @@ struct LinkArgs {
     #[arg(long, default_value = "cubic", value_parser = ["cubic", "reno", "bbr"])]
     cc: String,
     /// Testbed: server hosts (namespaces, each with its own NIC into the switch); servers
-    /// share them round-robin. Default: one per sender of the widest read, at most 64.
+    /// share them round-robin. Default: one per sender of the widest read, at most 64; 512 at
+    /// most.
     #[arg(long)]
     hosts: Option<usize>,
     /// Testbed: rate of each host's NIC, or `off` for no NIC shaper (bursts at infinite rate).

@@ -336,7 +336,7 @@ fn bad_testbed_settings_are_refused_before_anything_is_built() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("testbed buffer is 10 B"), "{stderr}");
     for (flag, value, says) in [
-        ("--hosts", "2000", "testbed hosts is 2000"),
+        ("--hosts", "513", "testbed hosts is 513"),
         ("--host-rate", "10bit", "testbed host rate is 10 bit/s"),
         ("--concurrency", "0", "at least 1"),
     ] {
