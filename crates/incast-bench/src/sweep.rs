@@ -35,6 +35,11 @@ pub const LINE_RATE_BLOCKS: u32 = 8;
 /// by up to 15% (kernel work of other namespaces, timer latency of the shapers), and noise
 /// only ever lowers a probe, so the best is the estimate of what the path carries.
 pub const LINE_RATE_ROUNDS: u32 = 3;
+/// On the testbed, more rounds (up to this many) while the best probe stays under the
+/// calibrated share of the port: right after another testbed, the kernel's teardown of its
+/// namespaces competes for the 2 cores for a few seconds (a smoke-test run probed 86%, the
+/// next ones over 90%).
+pub const LINE_RATE_MAX_ROUNDS: u32 = 8;
 
 /// Where the servers are.
 #[derive(Debug)]
@@ -363,14 +368,22 @@ fn client_side(
     // Line rate: one sender streaming, the better of naive and default.
     bar.set_message("line rate (1 sender, 4 MiB blocks)");
     let mut line_rate: f64 = 0.0;
-    for st in (0..LINE_RATE_ROUNDS).flat_map(|_| [Strategy::Naive, Strategy::Default]) {
-        let probe = RunSpec {
-            blocks: LINE_RATE_BLOCKS,
-            warmup: 2,
-            ..base(st, 1, Layout::Block(LINE_RATE_BLOCK), 1)
-        };
-        let m = rt.block_on(measure(&addrs, &probe, |_| {}))?;
-        line_rate = line_rate.max(m.goodput_mbps);
+    let target = testbed
+        .as_ref()
+        .map_or(0.0, |tb| CALIBRATED * tb.config().payload_capacity_mbps());
+    for round in 0..LINE_RATE_MAX_ROUNDS {
+        if round >= LINE_RATE_ROUNDS && line_rate >= target {
+            break;
+        }
+        for st in [Strategy::Naive, Strategy::Default] {
+            let probe = RunSpec {
+                blocks: LINE_RATE_BLOCKS,
+                warmup: 2,
+                ..base(st, 1, Layout::Block(LINE_RATE_BLOCK), 1)
+            };
+            let m = rt.block_on(measure(&addrs, &probe, |_| {}))?;
+            line_rate = line_rate.max(m.goodput_mbps);
+        }
     }
     say(format!("line rate (one sender streaming): {line_rate:.1} Mbit/s"));
     if let Some(tb) = &testbed {
