@@ -5,21 +5,23 @@
 //! is the whole cost of moving the bytes, both ends included. Kernel work that runs outside
 //! it (the emulated NICs' and switch's softirqs, namespace teardown) shows only in the
 //! machine's counters, so a testbed result reports both.
-#![allow(unsafe_code)]
-
 use std::time::Duration;
 
-/// User plus system CPU time of every thread of this process so far.
+use nix::sys::resource::{getrusage, UsageWho};
+
+/// User plus system CPU time of every thread of this process so far (zero if the kernel
+/// refuses, which RUSAGE_SELF never does on Linux).
 pub fn process_cpu() -> Duration {
-    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: `ru` is valid for writes of one `rusage`; RUSAGE_SELF cannot fail on Linux, and
-    // on failure the zeroed value is read, which is a valid `rusage`.
-    let ru = unsafe {
-        libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr());
-        ru.assume_init()
+    let Ok(u) = getrusage(UsageWho::RUSAGE_SELF) else {
+        return Duration::ZERO;
     };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32).saturating_mul(1000));
-    tv(ru.ru_utime) + tv(ru.ru_stime)
+    let tv = |t: nix::sys::time::TimeVal| {
+        Duration::new(
+            t.tv_sec().max(0) as u64,
+            (t.tv_usec().max(0) as u32).saturating_mul(1000),
+        )
+    };
+    tv(u.user_time()) + tv(u.system_time())
 }
 
 /// Busy and total jiffies of all CPUs (the first line of /proc/stat), or `None` where it

@@ -14,13 +14,14 @@
 //! namespace. So [`Netns::run`] runs a closure on a fresh thread inside the namespace (a
 //! tokio runtime there creates all its sockets inside), and [`Netns::command`] runs `ip`,
 //! `tc` inside it.
-#![allow(unsafe_code)]
 
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::Command;
 use std::thread;
+
+use nix::sched::CloneFlags;
 
 /// A network namespace, alive as long as this value (or a process inside it) is.
 #[derive(Debug)]
@@ -30,25 +31,11 @@ pub struct Netns {
 }
 
 fn unshare_net() -> io::Result<()> {
-    // SAFETY: unshare(2) with CLONE_NEWNET only changes the calling thread's namespace; it
-    // takes no pointers.
-    let r = unsafe { libc::unshare(libc::CLONE_NEWNET) };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    Ok(nix::sched::unshare(CloneFlags::CLONE_NEWNET)?)
 }
 
 fn setns_net(fd: &OwnedFd) -> io::Result<()> {
-    // SAFETY: setns(2) with a live namespace descriptor (borrowed for the call) and
-    // CLONE_NEWNET only moves the calling thread; it takes no pointers.
-    let r = unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    Ok(nix::sched::setns(fd, CloneFlags::CLONE_NEWNET)?)
 }
 
 impl Netns {

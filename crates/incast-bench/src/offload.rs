@@ -10,11 +10,12 @@
 //! The legacy `ETHTOOL_S{TSO,GSO,GRO}` commands are used rather than `ETHTOOL_SFEATURES`:
 //! they take one `u32` each and need no feature-name table, and every kernel since 2.6 has
 //! them. No maintained crate offers a synchronous ethtool call (the `ethtool` crate is an
-//! async generic-netlink client); this module is the one `unsafe` ioctl that costs.
+//! async generic-netlink client, and nix's ioctl macros only generate `unsafe` functions);
+//! this module's one `unsafe` block is the ioctl itself.
 #![allow(unsafe_code)]
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 
 const ETHTOOL_GTSO: u32 = 0x1e;
 const ETHTOOL_STSO: u32 = 0x1f;
@@ -68,13 +69,16 @@ fn ioctl(sock: &OwnedFd, dev: &str, value: &mut EthtoolValue) -> io::Result<()> 
             format!("interface name `{dev}` is empty, has a NUL or is longer than 15 bytes"),
         ));
     }
-    // SAFETY: ifreq is plain data (a name array and a union of integers and pointers), so
-    // all-zero is a valid value.
-    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (d, s) in req.ifr_name.iter_mut().zip(name) {
+    let mut ifr_name = [0 as libc::c_char; libc::IFNAMSIZ];
+    for (d, s) in ifr_name.iter_mut().zip(name) {
         *d = *s as libc::c_char;
     }
-    req.ifr_ifru.ifru_data = (value as *mut EthtoolValue).cast();
+    let mut req = libc::ifreq {
+        ifr_name,
+        ifr_ifru: libc::__c_anonymous_ifr_ifru {
+            ifru_data: (value as *mut EthtoolValue).cast(),
+        },
+    };
     // SAFETY: SIOCETHTOOL reads the NUL-terminated name and the `ethtool_value` that
     // ifru_data points to (both live for the call); for the legacy get/set commands used here
     // the kernel reads and writes exactly that 8-byte struct.
@@ -87,13 +91,13 @@ fn ioctl(sock: &OwnedFd, dev: &str, value: &mut EthtoolValue) -> io::Result<()> 
 }
 
 fn control_socket() -> io::Result<OwnedFd> {
-    // SAFETY: socket(2) takes no pointers; a non-negative result is a new descriptor we own.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd was just returned by socket(2) and is owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    use nix::sys::socket::{socket, AddressFamily, SockFlag, SockType};
+    Ok(socket(
+        AddressFamily::Inet,
+        SockType::Datagram,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )?)
 }
 
 /// Turns `offload` on or off for `dev` in the calling thread's network namespace and returns

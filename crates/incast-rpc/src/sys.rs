@@ -1,14 +1,20 @@
 //! Every raw system call of the crate, in one place. The rest of the crate is safe code.
 //!
-//! socket2 lacks TCP_WINDOW_CLAMP, SO_MAX_PACING_RATE and TCP_INFO, the libc crate lacks the
-//! per-socket RTO options of Linux 6.15+, and tokio's `AsyncFd::register` is `unsafe` since
+//! What maintained crates cover goes through them: the timerfd through nix, TCP_CONGESTION
+//! through socket2 (in `tune`). What is left here has no safe wrapper: socket2 lacks
+//! TCP_WINDOW_CLAMP, SO_MAX_PACING_RATE, TCP_INFO and the per-socket RTO options of Linux
+//! 6.15+ (nix's socket options lack them too, and its TCP_INFO getter panics on a kernel that
+//! returns a shorter struct), and tokio's `AsyncFd::register_with_interest` is `unsafe` since
 //! 1.53 (I/O safety). Each function below states why its `unsafe` block is sound.
 #![allow(unsafe_code)]
 
 use std::io;
 use std::mem::{size_of, MaybeUninit};
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::time::Duration;
+
+use nix::sys::time::TimeSpec;
+use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
@@ -24,25 +30,6 @@ pub(crate) fn set_opt<T: Copy>(fd: BorrowedFd<'_>, level: i32, name: i32, value:
             name,
             (&value as *const T).cast(),
             size_of::<T>() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// `setsockopt` with a byte string (TCP_CONGESTION).
-pub(crate) fn set_opt_bytes(fd: BorrowedFd<'_>, level: i32, name: i32, value: &[u8]) -> io::Result<()> {
-    // SAFETY: as in `set_opt`; the slice is valid for `value.len()` bytes.
-    let r = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            value.as_ptr().cast(),
-            value.len() as libc::socklen_t,
         )
     };
     if r == 0 {
@@ -106,61 +93,47 @@ pub(crate) fn tcp_info(fd: BorrowedFd<'_>) -> io::Result<(libc::tcp_info, usize)
     Ok((unsafe { info.assume_init() }, len as usize))
 }
 
-/// A non-blocking, close-on-exec timerfd on CLOCK_MONOTONIC (the clock of `Instant`).
-pub(crate) fn timerfd_create() -> io::Result<OwnedFd> {
-    // SAFETY: plain syscall with constant arguments.
-    let fd = unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
+/// A non-blocking, close-on-exec timerfd on CLOCK_MONOTONIC (the clock of `Instant`), through
+/// nix. tokio's `AsyncFd` wants `AsRawFd`, which nix's `TimerFd` (an `AsFd`) does not have.
+#[derive(Debug)]
+pub(crate) struct Timerfd(TimerFd);
+
+impl AsRawFd for Timerfd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.as_fd().as_raw_fd()
     }
-    // SAFETY: `fd` was just returned by the kernel and is owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// Arms a one-shot timer `after` from now (at least 1 ns: 0 would disarm it), or disarms it.
-pub(crate) fn timerfd_set(fd: BorrowedFd<'_>, after: Option<Duration>) -> io::Result<()> {
-    let value = match after {
-        Some(d) => {
-            let d = d.max(Duration::from_nanos(1));
-            libc::timespec {
-                tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
-                tv_nsec: d.subsec_nanos() as libc::c_long,
-            }
+impl Timerfd {
+    pub(crate) fn new() -> io::Result<Self> {
+        Ok(Self(TimerFd::new(
+            ClockId::CLOCK_MONOTONIC,
+            TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
+        )?))
+    }
+
+    /// Arms a one-shot timer `after` from now (at least 1 ns: 0 would disarm it), or disarms it.
+    pub(crate) fn set(&self, after: Option<Duration>) -> io::Result<()> {
+        match after {
+            Some(d) => self.0.set(
+                Expiration::OneShot(TimeSpec::from_duration(d.max(Duration::from_nanos(1)))),
+                TimerSetTimeFlags::empty(),
+            )?,
+            None => self.0.unset()?,
         }
-        None => libc::timespec { tv_sec: 0, tv_nsec: 0 },
-    };
-    let spec = libc::itimerspec {
-        it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },
-        it_value: value,
-    };
-    // SAFETY: `spec` is a valid itimerspec for the call; no old value is requested.
-    let r = unsafe { libc::timerfd_settime(fd.as_raw_fd(), 0, &spec, std::ptr::null_mut()) };
-    if r == 0 {
         Ok(())
-    } else {
-        Err(io::Error::last_os_error())
+    }
+
+    /// Consumes an expiration (non-blocking: `WouldBlock` if it has not fired).
+    pub(crate) fn read(&self) -> io::Result<()> {
+        Ok(self.0.wait()?)
     }
 }
 
-/// Reads the expiration count of a timerfd (non-blocking: `WouldBlock` if it has not fired).
-pub(crate) fn timerfd_read(fd: BorrowedFd<'_>) -> io::Result<u64> {
-    let mut buf = [0u8; 8];
-    // SAFETY: `buf` is writable for 8 bytes, the size a timerfd read returns.
-    let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-    match n {
-        8 => Ok(u64::from_ne_bytes(buf)),
-        n if n < 0 => Err(io::Error::last_os_error()),
-        n => Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("timerfd read returned {n} bytes"),
-        )),
-    }
-}
-
-/// Registers an owned descriptor with tokio's reactor.
-pub(crate) fn async_fd(fd: OwnedFd) -> io::Result<AsyncFd<OwnedFd>> {
-    // SAFETY: the `OwnedFd` moves into the `AsyncFd`, which keeps it open until the `AsyncFd`
-    // is dropped (deregistering first), so the registered descriptor cannot be closed or
-    // reused behind the reactor's back.
+/// Registers a timerfd with tokio's reactor.
+pub(crate) fn async_timerfd(fd: Timerfd) -> io::Result<AsyncFd<Timerfd>> {
+    // SAFETY: the `Timerfd` owns its descriptor (nix's `TimerFd` holds an `OwnedFd`) and moves
+    // into the `AsyncFd`, which keeps it open until the `AsyncFd` is dropped (deregistering
+    // first), so the registered descriptor cannot be closed or reused behind the reactor's back.
     unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }.map_err(|e| e.into())
 }

@@ -8,7 +8,6 @@
 //! both.
 
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
 use std::time::Instant;
 
 use tokio::io::unix::AsyncFd;
@@ -27,7 +26,7 @@ use crate::sys;
 /// ```
 #[derive(Debug)]
 pub struct HrTimer {
-    fd: AsyncFd<OwnedFd>,
+    fd: AsyncFd<sys::Timerfd>,
     deadline: Option<Instant>,
 }
 
@@ -35,7 +34,7 @@ impl HrTimer {
     /// A disarmed timer. Needs a tokio runtime with I/O enabled.
     pub fn new() -> io::Result<Self> {
         Ok(Self {
-            fd: sys::async_fd(sys::timerfd_create()?)?,
+            fd: sys::async_timerfd(sys::Timerfd::new()?)?,
             deadline: None,
         })
     }
@@ -46,7 +45,7 @@ impl HrTimer {
             return Ok(());
         }
         let after = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-        sys::timerfd_set(self.fd.get_ref().as_fd(), after)?;
+        self.fd.get_ref().set(after)?;
         self.deadline = deadline;
         Ok(())
     }
@@ -63,8 +62,8 @@ impl HrTimer {
         }
         loop {
             let mut guard = self.fd.readable().await?;
-            match guard.try_io(|fd| sys::timerfd_read(fd.get_ref().as_fd())) {
-                Ok(Ok(_expirations)) => {
+            match guard.try_io(|fd| fd.get_ref().read()) {
+                Ok(Ok(())) => {
                     self.deadline = None;
                     return Ok(());
                 }

@@ -305,15 +305,13 @@ impl SocketTuning {
         }
         if let Some(name) = &self.congestion {
             let req = OptValue::Name(name.clone());
-            match sys::set_opt_bytes(fd, tcp, libc::TCP_CONGESTION, name.as_bytes()) {
+            let sock = socket2::SockRef::from(&fd);
+            match sock.set_tcp_congestion(name.as_bytes()) {
                 Ok(()) => {
-                    let mut buf = [0u8; 16];
-                    let kept = sys::get_opt_bytes(fd, tcp, libc::TCP_CONGESTION, &mut buf)
-                        .ok()
-                        .map(|n| {
-                            let end = buf[..n].iter().position(|&b| b == 0).unwrap_or(n);
-                            OptValue::Name(String::from_utf8_lossy(&buf[..end]).into_owned())
-                        });
+                    let kept = sock.tcp_congestion().ok().map(|buf| {
+                        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+                        OptValue::Name(String::from_utf8_lossy(&buf[..end]).into_owned())
+                    });
                     r.applied.push(Applied {
                         option: SockOpt::Congestion,
                         requested: req,
