@@ -122,6 +122,12 @@ impl FragmentStore for MemStore {
 
 /// Files under a root directory; the key is a relative path (`a/b/c`), with no `..`, no
 /// absolute paths and no empty components.
+///
+/// **Contained.** Keys are checked as text, and every file is then opened with `openat2(2)`
+/// relative to the root with `RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS`, so a symlink inside the
+/// root that points outside it (`ln -s /etc/shadow obj`) is refused with
+/// [`StoreError::BadKey`], while symlinks that stay beneath the root work. This needs Linux
+/// 5.6 or later; an older kernel gets an I/O error, never an unchecked open.
 #[derive(Debug, Clone)]
 pub struct FileStore {
     root: Arc<PathBuf>,
@@ -149,24 +155,41 @@ impl FileStore {
         if !p.components().all(|c| matches!(c, Component::Normal(_))) || key.ends_with('/') || key.contains("//") {
             return bad("must be a relative path without `.`, `..` or empty components");
         }
-        Ok(self.root.join(p))
+        Ok(p.to_owned())
     }
+}
+
+/// Opens `rel` beneath `root`: no component, symlinks included, may resolve outside it.
+fn open_beneath(root: &Path, rel: &Path) -> io::Result<std::fs::File> {
+    use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
+    let dir = std::fs::File::open(root)?;
+    let how = OpenHow::new()
+        .flags(OFlag::O_RDONLY | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+    Ok(std::fs::File::from(openat2(&dir, rel, how)?))
 }
 
 impl FragmentStore for FileStore {
     async fn read(&self, key: &str, offset: u64, len: u64) -> Result<Bytes, StoreError> {
-        let path = self.path(key)?;
+        let rel = self.path(key)?;
+        let root = self.root.clone();
         let key = key.to_owned();
         tokio::task::spawn_blocking(move || {
             use std::os::unix::fs::FileExt;
             let io_err = |source: io::Error| match source.kind() {
                 io::ErrorKind::NotFound => StoreError::NotFound { key: key.clone() },
+                _ if source.raw_os_error() == Some(libc::EXDEV) || source.raw_os_error() == Some(libc::ELOOP) => {
+                    StoreError::BadKey {
+                        key: key.clone(),
+                        reason: "resolves outside the store's root (through a symlink)",
+                    }
+                }
                 _ => StoreError::Io {
                     key: key.clone(),
                     source,
                 },
             };
-            let file = std::fs::File::open(&path).map_err(io_err)?;
+            let file = open_beneath(&root, &rel).map_err(io_err)?;
             let size = file.metadata().map_err(io_err)?.len();
             check_range(&key, offset, len, size)?;
             // Bounded by the file's size, checked above.
@@ -237,6 +260,33 @@ mod tests {
                 );
             }
             std::fs::remove_dir_all(&dir).unwrap();
+        });
+    }
+
+    #[test]
+    fn file_store_does_not_follow_symlinks_out_of_its_root() {
+        rt().block_on(async {
+            let base = std::env::temp_dir().join(format!("incast-contained-{}", std::process::id()));
+            let (root, outside) = (base.join("root"), base.join("outside"));
+            std::fs::create_dir_all(root.join("a")).unwrap();
+            std::fs::create_dir_all(&outside).unwrap();
+            std::fs::write(root.join("a/obj"), b"inside").unwrap();
+            std::fs::write(outside.join("secret"), b"secret").unwrap();
+            let link = |target: &Path, name: &str| std::os::unix::fs::symlink(target, root.join(name)).unwrap();
+            link(&outside.join("secret"), "escape"); // absolute, outside
+            link(Path::new("../outside/secret"), "climb"); // relative, outside
+            link(&outside, "dir"); // a directory outside
+            link(Path::new("a/obj"), "inner"); // stays beneath the root
+            let s = FileStore::new(&root);
+            for key in ["escape", "climb", "dir/secret"] {
+                match s.read(key, 0, 6).await {
+                    Err(StoreError::BadKey { reason, .. }) => assert!(reason.contains("outside"), "{key}: {reason}"),
+                    other => panic!("{key}: read through a symlink out of the root: {other:?}"),
+                }
+            }
+            assert_eq!(&s.read("inner", 0, 6).await.unwrap()[..], b"inside");
+            assert_eq!(&s.read("a/obj", 0, 6).await.unwrap()[..], b"inside");
+            std::fs::remove_dir_all(&base).unwrap();
         });
     }
 }
