@@ -8,6 +8,11 @@
 //! events per second; the inverse is the cost per event, which must not grow with N.
 //! Building the scheduler (O(N), once per read) is excluded.
 //!
+//! The client-wide receiver (`receiver_event`): 4096 fragments spread over 64 concurrent
+//! reads of 64 fragments each, all started at once under one port (default receiver
+//! settings, adaptive budget, default policy), driven the same way; building the reads is
+//! excluded as above.
+//!
 //! Two policies: `scheduled` (K = 16, B = 256 KiB, 16 KiB chunks, hedging armed, so every
 //! grant pushes a timer) and `wide` (K = N, B unlimited, whole fragments: all N grants live
 //! at once, the timer heap at its largest).
@@ -16,6 +21,7 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
+use incast::receiver::{ReadOptions, Receiver, ReceiverConfig};
 use incast::{Action, GrantSize, Hedging, Policy, Scheduler, ServerId, Stripe};
 
 const SRU: u64 = 64 * 1024;
@@ -88,5 +94,60 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench);
+/// 64 reads of 64 fragments started on one receiver.
+fn receiver_with_reads(stripes: &[Stripe], now: Instant) -> Receiver {
+    let mut rx = Receiver::new(ReceiverConfig::default());
+    for (i, st) in stripes.iter().enumerate() {
+        rx.start_read(now, st, &Policy::default(), i as u64, ReadOptions::default());
+    }
+    rx
+}
+
+/// Drives every read of `rx` to completion; returns the number of events.
+fn drive_receiver(mut rx: Receiver, now: Instant) -> u64 {
+    let mut events = 0;
+    let mut live = Vec::new();
+    loop {
+        while let Some((read, a)) = rx.poll_action(now) {
+            events += 1;
+            if let Action::Request(g) = a {
+                live.push((read, g));
+            }
+        }
+        if live.is_empty() {
+            break;
+        }
+        for (read, g) in live.drain(..) {
+            black_box(rx.poll_timeout_of(read));
+            let half = g.len / 2;
+            black_box(rx.on_bytes(now, read, g.id, half).expect("in range"));
+            black_box(rx.on_bytes(now, read, g.id, g.len - half).expect("in range"));
+            rx.on_done(now, read, g.id).expect("complete");
+            events += 4;
+        }
+    }
+    assert_eq!(rx.stats().outstanding, 0);
+    events
+}
+
+fn bench_receiver(c: &mut Criterion) {
+    let mut group = c.benchmark_group("receiver_event");
+    let servers: Vec<ServerId> = (0..1024).map(ServerId).collect();
+    let stripes: Vec<Stripe> = (0..64)
+        .map(|r| Stripe::fixed_sru(&format!("r{r}"), &servers[(r * 16) % 960..][..64], SRU).expect("valid"))
+        .collect();
+    let now = Instant::now();
+    let events = drive_receiver(receiver_with_reads(&stripes, now), now);
+    group.throughput(Throughput::Elements(events));
+    group.bench_function("4096_fragments_64_reads", |b| {
+        b.iter_batched(
+            || receiver_with_reads(&stripes, now),
+            |rx| drive_receiver(rx, now),
+            BatchSize::LargeInput,
+        )
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench, bench_receiver);
 criterion_main!(benches);

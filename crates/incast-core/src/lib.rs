@@ -9,7 +9,10 @@
 //! - [`Policy`]: K senders, B bytes in flight, grant size, stagger, window cap, hedging,
 //!   adaptation; validated builder, serde.
 //! - [`Scheduler`]: the state machine a transport drives (`poll_action`, `on_bytes`,
-//!   `on_done`, `on_failed`, `poll_timeout`, `handle_timeout`).
+//!   `on_done`, `on_failed`, `poll_timeout`, `handle_timeout`) for one read.
+//! - [`Receiver`]: the client-wide receiver: every concurrent read's scheduler under one
+//!   port budget, sender cap and hedge bucket, shortest remaining read first with aging, and
+//!   a budget that follows measured queueing delay and loss.
 //! - [`RttEstimator`]: microsecond RFC 6298 RTO with no 200 ms floor, randomized and backed off.
 //! - [`model`]: chen-2012's flow-rate and onset model and [`model::recommend`].
 //! - [`sim`]: a deterministic simulated transport (virtual clock, one shared link, injected
@@ -33,6 +36,7 @@
 
 pub mod model;
 pub mod policy;
+pub mod receiver;
 mod rng;
 pub mod rtt;
 pub mod scheduler;
@@ -40,6 +44,7 @@ pub mod sim;
 pub mod stripe;
 
 pub use policy::{Adaptation, GrantSize, Hedging, Policy, PolicyBuilder, PolicyError, Stagger, WindowCap};
+pub use receiver::{ReadKey, ReadOptions, Receiver, ReceiverConfig};
 pub use rtt::{RtoBounds, RtoBoundsError, RttEstimator};
 pub use scheduler::{
     Action, Delivery, EventError, Grant, GrantId, GrantKind, InvariantViolation, Lane, ReadError, Scheduler,

@@ -238,6 +238,12 @@ fn tried_list(tried: &[ServerId]) -> String {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum EventError {
+    /// The read is not live in this receiver (never started, or already finished).
+    #[error("{read} is not live in this receiver")]
+    UnknownRead {
+        /// The key given.
+        read: crate::receiver::ReadKey,
+    },
     /// The id was never issued by this scheduler.
     #[error("{id} was never issued by this scheduler")]
     UnknownGrant {
@@ -300,6 +306,82 @@ pub struct SchedulerStats {
     pub peak_senders: u32,
     /// Most bytes outstanding at once.
     pub peak_outstanding: u64,
+    /// Hedges whose replacement was confirmed before the stalled original was (the hedge
+    /// saved time).
+    pub hedges_won: u64,
+    /// Hedges whose stalled original completed anyway before its replacement (the transport
+    /// drained all its bytes and reported [`Scheduler::on_done`] for it): the stall was not
+    /// one. Hedges neither won nor spurious are still open, or their original was cut short
+    /// by the cancel.
+    pub hedges_spurious: u64,
+    /// Stalled grants moved to a replica as failures because the hedge budget was spent and
+    /// they stayed stalled for [`ESCALATE_AFTER_STALLS`] timeouts.
+    pub escalations: u64,
+}
+
+/// Consecutive stalls without progress, with the hedge budget spent, after which a grant
+/// that has a replica left is failed over to it instead of waiting on (for example) a
+/// kernel RTO that keeps backing off.
+pub const ESCALATE_AFTER_STALLS: u32 = 6;
+
+/// What a client-wide receiver lets one read issue now (see [`crate::receiver`]). The
+/// scheduler's own limits apply as well; [`Gate::OPEN`] adds none.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Gate {
+    /// Bytes the port can still take under its budget.
+    pub room: u64,
+    /// Whether a grant may go to a server that has none of this read's grants (the port's
+    /// sender cap).
+    pub new_sender: bool,
+    /// Bytes the port can still hedge.
+    pub hedge_room: u64,
+    /// Time the bytes already outstanding on the port take to arrive at the port's measured
+    /// rate: a new grant is not late before that.
+    pub ahead: Duration,
+    /// Smallest size of a new chunk: a large budget is spent in large grants, not in many
+    /// requests of the policy's chunk size.
+    pub grant: u64,
+    /// Multiplier of the grant timeouts (1 and up): the port raises it after spurious
+    /// hedges.
+    pub timeout_scale: u32,
+}
+
+impl Gate {
+    pub(crate) const OPEN: Gate = Gate {
+        room: u64::MAX,
+        new_sender: true,
+        hedge_room: u64::MAX,
+        ahead: Duration::ZERO,
+        grant: 0,
+        timeout_scale: 1,
+    };
+    /// Admits no grant: polls cancels only.
+    pub(crate) const CLOSED: Gate = Gate {
+        room: 0,
+        new_sender: false,
+        hedge_room: 0,
+        ahead: Duration::ZERO,
+        grant: 0,
+        timeout_scale: 1,
+    };
+}
+
+/// Result of [`Scheduler::poll_gated`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Polled {
+    /// Something to do.
+    Action(Action),
+    /// The read wants a grant of this many bytes that the gate refused.
+    Blocked(u64),
+    /// Nothing to do until an event or a timeout.
+    Idle,
+}
+
+/// Why [`Scheduler::next_grant`] issued nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stop {
+    Idle,
+    Gate(u64),
 }
 
 /// A range to request again because its grant was cancelled (hedge) or failed (retry).
@@ -308,6 +390,8 @@ struct Hole {
     start: u64,
     len: u64,
     kind: GrantKind,
+    /// The stalled grant this hole replaces, for the hedge's won/spurious count.
+    orig: Option<GrantId>,
 }
 
 #[derive(Clone, Debug)]
@@ -362,6 +446,11 @@ struct Live {
     timeout: Duration,
     /// Issued on an idle connection: its first byte is an RTT sample.
     clean: bool,
+    /// When its first byte can be expected at the earliest: the bytes already outstanding on
+    /// the port ahead of it, at the port's rate ([`Gate::ahead`]). Stalls count from here.
+    expected: Instant,
+    /// The stalled grant this one replaces (a hedge).
+    replaces: Option<GrantId>,
 }
 
 fn conn_index(server: u32, lane: Lane) -> usize {
@@ -432,6 +521,8 @@ pub struct Scheduler {
     stagger: Stagger,
     adaptation: Adaptation,
     hedging: bool,
+    /// Chunked grants (not whole fragments): a gate may enlarge them.
+    chunked: bool,
     timers_on: bool,
     hedge_budget: u64,
 
@@ -459,6 +550,10 @@ pub struct Scheduler {
     rng: SplitMix64,
     last_decrease: Option<Instant>,
     stats: SchedulerStats,
+    /// Hedged originals whose race is undecided (see [`SchedulerStats::hedges_won`]).
+    open_hedges: HashMap<GrantId, ()>,
+    /// The last clean first-byte time, for a client-wide receiver's queueing-delay signal.
+    last_sample: Option<Duration>,
 }
 
 impl Scheduler {
@@ -520,6 +615,7 @@ impl Scheduler {
             stagger: policy.stagger(),
             adaptation: policy.adaptation(),
             hedging,
+            chunked: matches!(policy.grant_size(), crate::policy::GrantSize::Chunk { .. }),
             timers_on: hedging || policy.adaptation() != Adaptation::Static,
             hedge_budget: policy.hedge_budget(block_len),
             budget_eff: policy.inflight_budget(),
@@ -544,6 +640,8 @@ impl Scheduler {
             rng: SplitMix64::new(seed),
             last_decrease: None,
             stats: SchedulerStats::default(),
+            open_hedges: HashMap::new(),
+            last_sample: None,
             frags,
         };
         s.skip_empty();
@@ -562,12 +660,43 @@ impl Scheduler {
         if let Some(c) = self.cancels.pop_front() {
             return Some(c);
         }
-        if self.outcome.is_some() {
-            return None;
+        match self.poll_gated(now, &Gate::OPEN) {
+            Polled::Action(a) => Some(a),
+            Polled::Blocked(_) | Polled::Idle => None,
         }
-        let g = self.next_grant(now)?;
-        self.debug_check();
-        Some(Action::Request(g))
+    }
+
+    /// [`Scheduler::poll_action`] under a client-wide receiver's limits.
+    pub(crate) fn poll_gated(&mut self, now: Instant, gate: &Gate) -> Polled {
+        if let Some(c) = self.cancels.pop_front() {
+            return Polled::Action(c);
+        }
+        if self.outcome.is_some() {
+            return Polled::Idle;
+        }
+        match self.next_grant(now, gate) {
+            Ok(g) => {
+                self.debug_check();
+                Polled::Action(Action::Request(g))
+            }
+            Err(Stop::Idle) => Polled::Idle,
+            Err(Stop::Gate(len)) => Polled::Blocked(len),
+        }
+    }
+
+    /// The next cancel, if any (nothing else).
+    pub(crate) fn poll_cancel(&mut self) -> Option<Action> {
+        self.cancels.pop_front()
+    }
+
+    /// Whether a cancel is waiting to be polled.
+    pub(crate) fn has_cancels(&self) -> bool {
+        !self.cancels.is_empty()
+    }
+
+    /// Whether a range waits to be re-requested (a hedge or a retry).
+    pub(crate) fn has_urgent(&self) -> bool {
+        self.outcome.is_none() && self.queue_head(Queue::Urgent).is_some()
     }
 
     /// The earliest instant at which [`Scheduler::handle_timeout`] or
@@ -607,6 +736,13 @@ impl Scheduler {
     /// Fires the grant timers due at `now`: a grant with no progress for its timeout is
     /// hedged (budget permitting) or backed off.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.handle_timeout_gated(now, &Gate::OPEN);
+    }
+
+    /// [`Scheduler::handle_timeout`] under a client-wide receiver's hedge budget.
+    pub(crate) fn handle_timeout_gated(&mut self, now: Instant, gate: &Gate) {
+        // Hedges of this call draw on one allowance.
+        let mut gate = *gate;
         while let Some(&Reverse((due, id))) = self.timers.peek() {
             if due > now || self.outcome.is_some() {
                 break;
@@ -615,16 +751,18 @@ impl Scheduler {
             let Some(live) = self.live(id) else { continue };
             // A grant queued behind another on the same connection makes progress while the
             // one ahead of it does: responses on a connection come in order.
+            // Nor is a grant late while the bytes granted ahead of it on the port arrive.
             let progress = match self.conn_progress[conn_index(live.server, live.lane)] {
                 Some(p) => p.max(live.last_progress),
                 None => live.last_progress,
-            };
+            }
+            .max(live.expected);
             let deadline = progress + live.timeout;
             if deadline > now {
                 self.timers.push(Reverse((deadline, id)));
                 continue;
             }
-            self.on_stall(now, id);
+            self.on_stall(now, id, &mut gate);
         }
         self.debug_check();
     }
@@ -660,6 +798,7 @@ impl Scheduler {
             self.frags[f].backoff = 0;
             if first {
                 self.rtt.on_sample(sample);
+                self.last_sample = Some(sample);
                 self.adapt_on_rtt(now, sample);
             }
         }
@@ -670,7 +809,14 @@ impl Scheduler {
     /// The server finished grant `id` and its bytes are good (checksums, if any, passed). Its
     /// bytes now count as delivered. Late or cancelled ids are ignored.
     pub fn on_done(&mut self, _now: Instant, id: GrantId) -> Result<(), EventError> {
-        let Some(live) = self.slot_of(id)? else { return Ok(()) };
+        let Some(live) = self.slot_of(id)? else {
+            // The late, complete end of a hedged original: the hedge was spurious unless its
+            // replacement already won.
+            if self.open_hedges.remove(&id).is_some() {
+                self.stats.hedges_spurious += 1;
+            }
+            return Ok(());
+        };
         if live.received != live.len {
             return Err(EventError::Short {
                 id,
@@ -680,6 +826,11 @@ impl Scheduler {
             });
         }
         let live = self.release(id);
+        if let Some(orig) = live.replaces {
+            if self.open_hedges.remove(&orig).is_some() {
+                self.stats.hedges_won += 1;
+            }
+        }
         self.frags[live.frag as usize].confirmed += live.len;
         self.completed += live.len;
         self.requeue(live.frag);
@@ -707,6 +858,7 @@ impl Scheduler {
             start: live.start,
             len: live.len,
             kind: GrantKind::Retry,
+            orig: None,
         });
         if frag.failed_routes & (1 << frag.route) != 0 {
             match next_route(frag, |_| true) {
@@ -783,6 +935,17 @@ impl Scheduler {
     /// Counters.
     pub fn stats(&self) -> SchedulerStats {
         self.stats
+    }
+
+    /// Takes the clean first-byte time recorded by the last [`Scheduler::on_bytes`], if it
+    /// gave one.
+    pub(crate) fn take_sample(&mut self) -> Option<Duration> {
+        self.last_sample.take()
+    }
+
+    /// Grants outstanding.
+    pub(crate) fn live_grants(&self) -> u32 {
+        self.live_grants
     }
 
     /// Checks every invariant of the [module docs](self). O(fragments + live grants).
@@ -1022,7 +1185,7 @@ impl Scheduler {
         }
     }
 
-    fn next_grant(&mut self, now: Instant) -> Option<Grant> {
+    fn next_grant(&mut self, now: Instant, gate: &Gate) -> Result<Grant, Stop> {
         for q in [Queue::Urgent, Queue::Ready] {
             while let Some(&f) = self.queue(q).front() {
                 if !self.wants_grant(f) {
@@ -1030,39 +1193,49 @@ impl Scheduler {
                     continue;
                 }
                 // A head that K or B does not admit blocks everything behind it.
-                let g = self.try_issue(f, GrantKind::Next, now)?;
+                let g = self.try_issue(f, GrantKind::Next, now, gate)?;
                 self.pop_queue(q);
                 self.requeue(f);
-                return Some(g);
+                return Ok(g);
             }
         }
         let f = self.cursor;
         if f as usize >= self.frags.len() || self.next_start.is_some_and(|t| now < t) {
-            return None;
+            return Err(Stop::Idle);
         }
-        let g = self.try_issue(f, GrantKind::First, now)?;
+        let g = self.try_issue(f, GrantKind::First, now, gate)?;
         self.cursor += 1;
         self.skip_empty();
         self.next_start = self.stagger_gap().map(|gap| now + gap);
         self.requeue(f);
-        Some(g)
+        Ok(g)
     }
 
-    fn try_issue(&mut self, f: u32, kind: GrantKind, now: Instant) -> Option<Grant> {
+    fn try_issue(&mut self, f: u32, kind: GrantKind, now: Instant, gate: &Gate) -> Result<Grant, Stop> {
         let frag = &self.frags[f as usize];
         let server = self.routes[(frag.routes_start + u32::from(frag.route)) as usize];
-        let len = self.next_len(frag);
+        let len = match frag.holes.first() {
+            Some(h) => h.len,
+            None if self.chunked => (frag.len - frag.next).min(self.max_grant.max(gate.grant)),
+            None => self.next_len(frag),
+        };
         if !self.admits(server, len) {
-            return None;
+            return Err(Stop::Idle);
         }
-        let timeout = self.rtt.timeout(frag.backoff, self.rng.unit());
+        // A re-request (hedge or retry) replaces bytes the port already admitted: it goes
+        // first whatever the port's room now (a stall may just have shrunk the budget).
+        let rerequest = !frag.holes.is_empty();
+        if !rerequest && (len > gate.room || !(gate.new_sender || self.server_live[server as usize] > 0)) {
+            return Err(Stop::Gate(len));
+        }
+        let timeout = self.rtt.timeout(frag.backoff, self.rng.unit()) * gate.timeout_scale.max(1);
         let frag = &mut self.frags[f as usize];
-        let (start, kind) = if frag.holes.is_empty() {
+        let (start, kind, replaces) = if frag.holes.is_empty() {
             frag.next += len;
-            (frag.next - len, kind)
+            (frag.next - len, kind, None)
         } else {
             let h = frag.holes.remove(0);
-            (h.start, h.kind)
+            (h.start, h.kind, h.orig)
         };
         frag.live += 1;
         let (route, lane) = (frag.route, frag.lane);
@@ -1088,6 +1261,8 @@ impl Scheduler {
             last_progress: now,
             timeout,
             clean: self.conn_live[conn_index(server, lane)] == 0,
+            expected: now + gate.ahead,
+            replaces,
         });
         self.conn_live[conn_index(server, lane)] += 1;
         let id = GrantId::new(slot, entry.generation);
@@ -1106,7 +1281,7 @@ impl Scheduler {
         st.retries += u64::from(kind == GrantKind::Retry);
         st.peak_senders = st.peak_senders.max(self.live_servers);
         st.peak_outstanding = st.peak_outstanding.max(self.outstanding);
-        Some(Grant {
+        Ok(Grant {
             id,
             fragment: f as usize,
             server: self.servers[server as usize],
@@ -1150,17 +1325,20 @@ impl Scheduler {
         live
     }
 
-    fn on_stall(&mut self, now: Instant, id: GrantId) {
+    fn on_stall(&mut self, now: Instant, id: GrantId, gate: &mut Gate) {
         self.stats.stalls += 1;
         self.adapt_on_stall(now);
         let live = self.live(id).expect("stalled grant is live");
         let (f, len) = (live.frag as usize, live.len);
         self.frags[f].backoff += 1;
-        if !(self.hedging && self.stats.hedged_bytes + len <= self.hedge_budget) {
+        if !(self.hedging && self.stats.hedged_bytes + len <= self.hedge_budget && len <= gate.hedge_room) {
             if self.hedging {
                 self.stats.hedges_denied += 1;
+                if self.frags[f].backoff >= ESCALATE_AFTER_STALLS && self.escalate(now, id) {
+                    return;
+                }
             }
-            let timeout = self.rtt.timeout(self.frags[f].backoff, self.rng.unit());
+            let timeout = self.rtt.timeout(self.frags[f].backoff, self.rng.unit()) * gate.timeout_scale.max(1);
             let live = self.slots[id.slot()].live.as_mut().expect("live");
             live.last_progress = now;
             live.timeout = timeout;
@@ -1174,6 +1352,7 @@ impl Scheduler {
             lane: live.lane,
         });
         self.stats.hedged_bytes += len;
+        gate.hedge_room -= len;
         self.frags[f].stalled |= stall_bit(live.route, live.lane);
         // Move the fragment off the connection that stalled (once, not once per stalled
         // grant behind it): to a connection that has not stalled on it, a replica first (if
@@ -1205,8 +1384,47 @@ impl Scheduler {
             start: live.start,
             len,
             kind: GrantKind::Hedge,
+            orig: Some(id),
         });
+        self.open_hedges.insert(id, ());
         self.requeue(f as u32);
+    }
+
+    /// Moves stalled grant `id` to the fragment's next replica that has not failed (the
+    /// transport is told to cancel it; its range is re-requested there first, as a retry).
+    /// Returns false, and does nothing, when there is no such replica: then waiting is all
+    /// that is left.
+    fn escalate(&mut self, _now: Instant, id: GrantId) -> bool {
+        let live = self.live(id).expect("stalled grant is live");
+        let frag = &self.frags[live.frag as usize];
+        if live.route != frag.route {
+            // The fragment already moved on; the grant will end with its connection.
+            return false;
+        }
+        let Some(next) = next_route(frag, |r| r != frag.route) else {
+            return false;
+        };
+        let live = self.release(id);
+        self.cancels.push_back(Action::Cancel {
+            id,
+            server: self.servers[live.server as usize],
+            lane: live.lane,
+        });
+        self.stats.escalations += 1;
+        // Moved, not marked failed: the server may only be slow, and stays a route to return
+        // to if the replica fails.
+        let frag = &mut self.frags[live.frag as usize];
+        frag.route = next;
+        frag.lane = Lane::Primary;
+        frag.backoff = 0;
+        frag.holes.push(Hole {
+            start: live.start,
+            len: live.len,
+            kind: GrantKind::Retry,
+            orig: None,
+        });
+        self.requeue(live.frag);
+        true
     }
 
     fn push_timer(&mut self, at: Instant, id: GrantId) {
@@ -1244,6 +1462,7 @@ impl Scheduler {
                     start: live.start,
                     len: live.len,
                     kind: GrantKind::Retry,
+                    orig: None,
                 };
                 self.frags[live.frag as usize].holes.push(hole);
             }
@@ -1251,6 +1470,7 @@ impl Scheduler {
         while self.pop_queue(Queue::Urgent).is_some() {}
         while self.pop_queue(Queue::Ready).is_some() {}
         self.timers.clear();
+        self.open_hedges.clear();
         self.outcome = Some(Outcome::Failed(err));
     }
 
@@ -1494,6 +1714,80 @@ mod tests {
         assert!(s.is_complete());
         assert_eq!(s.stats().hedges, 1);
         assert_eq!(s.stats().discarded_bytes, 500);
+    }
+
+    #[test]
+    fn hedges_are_counted_won_or_spurious() {
+        let stripe = Stripe::fixed_sru("k", &servers(2), 1_000).unwrap();
+        let mut s = Scheduler::new(&stripe, &Policy::default(), 7);
+        let t0 = Instant::now();
+        let gs = requests(&mut s, t0);
+        let due = s.poll_timeout().unwrap() + Duration::from_millis(5);
+        s.handle_timeout(due);
+        let cancels: Vec<_> = std::iter::from_fn(|| s.poll_action(due)).collect();
+        let hedges: Vec<Grant> = cancels
+            .iter()
+            .filter_map(|a| match a {
+                Action::Request(g) => Some(g.clone()),
+                Action::Cancel { .. } => None,
+            })
+            .collect();
+        assert_eq!(hedges.len(), 2, "{cancels:?}");
+        // Fragment 0: the hedge completes first and wins; its original's late end is ignored.
+        finish(&mut s, &hedges[0], due);
+        assert_eq!(s.on_done(due, gs[0].id), Ok(()));
+        // Fragment 1: the original ends whole before its hedge: spurious.
+        assert_eq!(s.on_done(due, gs[1].id), Ok(()));
+        finish(&mut s, &hedges[1], due);
+        assert!(s.is_complete());
+        let st = s.stats();
+        assert_eq!((st.hedges, st.hedges_won, st.hedges_spurious), (2, 1, 1));
+    }
+
+    #[test]
+    fn a_grant_stalled_past_the_hedge_budget_escalates_to_a_replica() {
+        let stripe = Stripe::new(vec![
+            Fragment::new(ServerId(0), "k", 0, 1_000).with_replicas([ServerId(1)])
+        ])
+        .unwrap();
+        let p = Policy::builder()
+            .hedging(Hedging::AfterRto {
+                budget_fraction: 0.0,
+                min_budget_bytes: 0,
+            })
+            .build()
+            .unwrap();
+        let mut s = Scheduler::new(&stripe, &p, 7);
+        let mut now = Instant::now();
+        let g = requests(&mut s, now).pop().unwrap();
+        assert_eq!(g.server, ServerId(0));
+        let mut moved = None;
+        for _ in 0..ESCALATE_AFTER_STALLS {
+            assert!(moved.is_none(), "escalated before {ESCALATE_AFTER_STALLS} stalls");
+            now = s.poll_timeout().unwrap();
+            s.handle_timeout(now);
+            let actions: Vec<_> = std::iter::from_fn(|| s.poll_action(now)).collect();
+            if !actions.is_empty() {
+                moved = Some(actions);
+            }
+        }
+        let actions = moved.expect("escalated");
+        assert_eq!(
+            actions[0],
+            Action::Cancel {
+                id: g.id,
+                server: ServerId(0),
+                lane: Lane::Primary
+            }
+        );
+        let Action::Request(r) = &actions[1] else {
+            panic!("{actions:?}")
+        };
+        assert_eq!((r.server, r.kind, r.len), (ServerId(1), GrantKind::Retry, 1_000));
+        assert_eq!(s.stats().escalations, 1);
+        assert_eq!(s.stats().hedges, 0);
+        finish(&mut s, r, now);
+        assert!(s.is_complete());
     }
 
     #[test]

@@ -1,0 +1,1311 @@
+//! The client-wide receiver: one port, shared by every concurrent read.
+//!
+//! A [`Scheduler`] drives one read. A service runs many reads at once, and every one of them
+//! crosses the same switch port in front of the client, so the in-flight budget, the sender
+//! cap and the hedge budget belong to that port, not to a read. Measured on the testbed
+//! (see the README), four reads each holding today's 64 KiB budget put 256 KiB in flight into
+//! a 32 KiB port and took kernel RTOs; and every read's latency was the latency of all of
+//! them, because they shared the port round-robin. A [`Receiver`] owns the port: every read
+//! of a client draws its grants from it.
+//!
+//! # What it decides
+//!
+//! - **One budget, one sender cap, one hedge budget.** A grant is issued only while the bytes
+//!   requested and not yet received, over all reads, stay within the port's budget B (a grant
+//!   may always go out when nothing is outstanding, so no read can stall on the budget), and
+//!   while at most K servers, over all reads, have grants outstanding. Hedged bytes draw on a
+//!   port-wide token bucket that fills at [`ReceiverConfigBuilder::hedge_fraction`] of the
+//!   bytes granted, so a slow server cannot make every read hedge at once (grafana/loki #4826).
+//! - **Shortest remaining read first, with aging.** Grants go to the read with the fewest
+//!   bytes left to receive (SRPT, as Homa serves messages: the mean completion time of a batch
+//!   drops from about N/2 + 1/2 to about N/4 + 1/2 transfer times... in the ideal case the
+//!   first read finishes at 1x, the second at 2x and so on, instead of all at Nx). A read with
+//!   a higher [`ReadOptions::priority`] goes first. A read that started more than
+//!   [`ReceiverConfigBuilder::aging`] ago is *aged*: aged reads go before every other, oldest
+//!   first, so no read waits for the port longer than the aging bound plus the time the
+//!   reads started before it take. The port's head read blocks the ones behind it when its
+//!   next grant does not fit (as a [`Scheduler`]'s queue head does), so a large grant is
+//!   never overtaken forever by small ones.
+//! - **A read that ends gives its share back at once.** [`Receiver::finish_read`] forgets
+//!   its grants; their bytes no longer count against the port.
+//!
+//! # The control law (closed loop)
+//!
+//! The budget follows what the receiver measures on every grant, in the spirit of Swift
+//! (Kumar et al., SIGCOMM 2020: a target delay, additive increase, a multiplicative decrease
+//! proportional to the excess delay), DCTCP/ICTCP (the receiver reacts to congestion before
+//! the 200 ms timer does) and Homa (Montazeri et al., SIGCOMM 2018: a receiver grants about
+//! RTTbytes, one bandwidth-delay product, plus a little overcommitment):
+//!
+//! - **Queueing delay.** A grant issued on an idle connection gives a clean first-byte time
+//!   (no other grant's transfer ahead of it on its connection). Its excess over the smallest
+//!   such time seen (the base RTT) is the queueing delay the port, the server and its NIC
+//!   added. Above [`ReceiverConfigBuilder::target_delay`] the budget stops growing for a
+//!   round trip; above [`SEVERE_DELAY_FACTOR`] targets it shrinks by
+//!   `max(1 - BETA * (delay - target) / delay, 1 - MAX_DECREASE)` ([`BETA`],
+//!   [`MAX_DECREASE`], Swift's form and constants). Why not shrink at the target itself, as
+//!   Swift does: on this project's 2-core hosts the first-byte time of a loaded loopback
+//!   path is mostly CPU scheduling, and shrinking on it held 16 concurrent loopback reads to
+//!   0.5x of `naive` (measured: 133 delay decreases in 3 s, no loss).
+//! - **Loss.** Retransmits and kernel RTOs the servers report ([`Receiver::on_loss`]), and
+//!   QUIC loss events, halve B ([`LOSS_DECREASE`]); so do stalls (grants late by an RTO).
+//! - **At most one decrease per smoothed RTT**: the samples of one congestion event arrive
+//!   together.
+//! - **Growth.** Until the first decrease, B grows by the bytes each completed grant
+//!   delivered (doubling per round trip, like TCP's slow start), so a fast path is not held
+//!   to the initial budget for long; after it, by [`ADDITIVE_INCREASE`] bytes per budget's
+//!   worth of delivered bytes (about one grant per round trip). Growth stops at
+//!   [`OVERCOMMIT`] times the measured rate's bandwidth-delay product plus the target queue
+//!   (Homa's RTTbytes and overcommitment): more would only queue. B never goes below
+//!   [`ReceiverConfigBuilder::min_budget`] nor above [`ReceiverConfigBuilder::max_budget`].
+//! - **Grant size follows the rate.** A new chunk carries at least [`GRANT_TIME`] at the
+//!   measured rate (at most a quarter of the budget), so on a 10-100 Gbit/s path the request
+//!   overhead does not cap the read, while on a 1 Gbit/s port the policy's chunk stands.
+//! - **Timeouts learn from spurious hedges.** A hedge whose original still completed first
+//!   doubles a port-wide multiplier of the grant timeouts (up to [`MAX_TIMEOUT_SCALE`]); a
+//!   hedge that won lowers it by one. (Eifel/F-RTO do the same for TCP's RTO.)
+//!
+//! The start: [`ReceiverConfig::for_port`] starts B at [`crate::model::recommend`]'s budget
+//! for the port's rate and buffer; without a hint, at [`DEFAULT_INITIAL_BUDGET`] (the
+//! 64 KiB that served one read per 1 Gbit/s port here).
+//!
+//! # Stalls are judged against expected completion
+//!
+//! A grant issued behind bytes the receiver itself granted waits for them at the port's
+//! rate; it is not stalled. Each grant carries the time the bytes outstanding on the port
+//! at its issue take to arrive at the port's measured rate, and its RTO counts from then
+//! (see `Gate::ahead` in the scheduler).
+//!
+//! # Invariants
+//!
+//! Checked by [`Receiver::check_invariants`], after every event in debug builds:
+//!
+//! 1. the port's outstanding bytes and live senders are the sums over its reads;
+//! 2. a grant of new bytes was issued only when it fitted the budget (or nothing was
+//!    outstanding) and the sender cap (or it went to a server with grants of its read, or no
+//!    sender was live). Re-requests (hedges, drawn from the hedge bucket, and retries after
+//!    failures) replace bytes the port had admitted and go first regardless: a stall halves
+//!    the budget, and the hedge of that very stall must not wait behind it;
+//! 3. the order set holds exactly the live reads, each under its current key;
+//! 4. every read's scheduler holds its own invariants.
+//!
+//! # Cost
+//!
+//! O(log R) per event for R live reads (the order set), plus the scheduler's own cost; a
+//! poll walks the order set only past reads that have nothing to issue. See
+//! `benches/scheduler.rs` for the measured cost per event.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use crate::policy::{Adaptation, Policy, MAX_INFLIGHT_BUDGET, MAX_SENDERS};
+use crate::rtt::RttEstimator;
+use crate::scheduler::InvariantViolation;
+use crate::scheduler::{Action, Delivery, EventError, Gate, GrantId, Polled, ReadError, Scheduler, SchedulerStats};
+use crate::stripe::Stripe;
+
+/// Default starting budget without a port-rate hint (64 KiB).
+pub const DEFAULT_INITIAL_BUDGET: u64 = 64 * 1024;
+/// Default floor of the budget (16 KiB, one default chunk).
+pub const DEFAULT_MIN_BUDGET: u64 = 16 * 1024;
+/// Default ceiling of the budget (64 MiB: a 100 Gbit/s path with 5 ms of RTT).
+pub const DEFAULT_MAX_BUDGET: u64 = 64 << 20;
+/// Default port-wide sender cap (64).
+pub const DEFAULT_PORT_MAX_SENDERS: u32 = 64;
+/// Default tolerated queueing delay above the base RTT (200 us: under a 262 us full queue of
+/// a 32 KiB port at 1 Gbit/s, above the ~100 us scheduling noise of a 2-core host).
+pub const DEFAULT_TARGET_DELAY: Duration = Duration::from_micros(200);
+/// Default aging bound (50 ms).
+pub const DEFAULT_AGING: Duration = Duration::from_millis(50);
+/// Default share of granted bytes that may be hedged, port-wide (5%).
+pub const DEFAULT_PORT_HEDGE_FRACTION: f64 = 0.05;
+/// Default size of the port's hedge bucket (256 KiB): the most it may hedge in one burst.
+pub const DEFAULT_HEDGE_BURST: u64 = 256 * 1024;
+/// Swift's beta: the decrease per unit of relative excess delay.
+pub const BETA: f64 = 0.8;
+/// Swift's largest multiplicative decrease per round trip.
+pub const MAX_DECREASE: f64 = 0.5;
+/// Decrease on a loss or a stall.
+pub const LOSS_DECREASE: f64 = 0.5;
+/// Additive increase per budget's worth of delivered bytes, after the first decrease.
+pub const ADDITIVE_INCREASE: u64 = 16 * 1024;
+/// Base-RTT samples older than this are forgotten (10 s), so a path that got slower for
+/// good is not judged against a stale minimum forever.
+pub const BASE_RTT_WINDOW: Duration = Duration::from_secs(10);
+/// A new chunk carries at least this much time at the measured rate (100 us), and at most
+/// a [`GRANTS_PER_BUDGET`]th of the budget: on a fast path grants grow so request overhead
+/// stays small (10 Gbit/s: 125 KB), while on a 1 Gbit/s port the policy's chunk stands.
+/// (Grants of a quarter of a 128 KiB budget cost a lone sender a fifth of its goodput on the
+/// testbed against 16 KiB chunks, with no loss: larger bursts from a TSO NIC.)
+pub const GRANT_TIME: Duration = Duration::from_micros(100);
+/// A new chunk is at most the budget over this (4), so several grants share the budget.
+pub const GRANTS_PER_BUDGET: u64 = 4;
+/// Queueing delay above this many targets shrinks the budget (Swift's decrease); between
+/// one and this many, it only stops the budget's growth (16).
+pub const SEVERE_DELAY_FACTOR: u32 = 16;
+/// How far above the measured rate's bandwidth-delay product (plus the target queue) the
+/// budget may grow (2, Homa's overcommitment of about two messages' RTTbytes).
+pub const OVERCOMMIT: f64 = 2.0;
+/// Largest multiplier of the grant timeouts after spurious hedges (64).
+pub const MAX_TIMEOUT_SCALE: u32 = 64;
+/// Shortest interval over which the port's delivery rate is sampled (500 us).
+pub const RATE_INTERVAL: Duration = Duration::from_micros(500);
+
+/// Why a receiver configuration was rejected.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReceiverConfigError {
+    /// The budget bounds are out of range or out of order.
+    #[error("budget bounds: need 1 <= min ({min}) <= initial ({initial}) <= max ({max}) <= {limit}")]
+    Budget {
+        /// Floor.
+        min: u64,
+        /// Start.
+        initial: u64,
+        /// Ceiling.
+        max: u64,
+        /// The largest allowed.
+        limit: u64,
+    },
+    /// A value out of its documented range.
+    #[error("{what} = {value} is out of range ({range})")]
+    OutOfRange {
+        /// The setting.
+        what: &'static str,
+        /// The value given.
+        value: String,
+        /// The range allowed.
+        range: &'static str,
+    },
+}
+
+/// The port's settings: see [`ReceiverConfigBuilder`] for each, with unit, default and range.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReceiverConfig {
+    initial_budget: u64,
+    min_budget: u64,
+    max_budget: u64,
+    max_senders: u32,
+    target_delay: Duration,
+    aging: Duration,
+    hedge_fraction: f64,
+    hedge_burst: u64,
+    adaptive: bool,
+    port_rate_bps: Option<u64>,
+}
+
+impl Default for ReceiverConfig {
+    fn default() -> Self {
+        ReceiverConfigBuilder::default().build().expect("defaults are valid")
+    }
+}
+
+impl ReceiverConfig {
+    /// A builder starting from the defaults.
+    pub fn builder() -> ReceiverConfigBuilder {
+        ReceiverConfigBuilder::default()
+    }
+
+    /// The defaults, starting from [`crate::model::recommend`]'s budget for a port of
+    /// `rate_bps` bits per second with `buffer` bytes of buffer (an assumed 100 us RTT), and
+    /// judging stalls against that rate until one is measured.
+    ///
+    /// ```
+    /// use incast_core::receiver::ReceiverConfig;
+    /// let c = ReceiverConfig::for_port(1_000_000_000, 32 * 1024)?;
+    /// assert!(c.initial_budget() > 16 * 1024 && c.initial_budget() < 64 * 1024);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn for_port(rate_bps: u64, buffer: u64) -> Result<Self, ReceiverConfigError> {
+        let rec = crate::model::recommend(rate_bps, Duration::from_micros(100), buffer, crate::model::MSS_1448)
+            .map_err(|e| ReceiverConfigError::OutOfRange {
+                what: "port rate",
+                value: format!("{rate_bps} ({e})"),
+                range: "1 bit/s and up",
+            })?;
+        Self::builder()
+            .initial_budget(rec.inflight_budget.clamp(DEFAULT_MIN_BUDGET, DEFAULT_MAX_BUDGET))
+            .port_rate_bps(Some(rate_bps))
+            .build()
+    }
+
+    /// Starting budget, bytes.
+    pub fn initial_budget(&self) -> u64 {
+        self.initial_budget
+    }
+    /// Floor of the budget, bytes.
+    pub fn min_budget(&self) -> u64 {
+        self.min_budget
+    }
+    /// Ceiling of the budget, bytes.
+    pub fn max_budget(&self) -> u64 {
+        self.max_budget
+    }
+    /// Port-wide sender cap.
+    pub fn max_senders(&self) -> u32 {
+        self.max_senders
+    }
+    /// Aging bound.
+    pub fn aging(&self) -> Duration {
+        self.aging
+    }
+    /// Tolerated queueing delay.
+    pub fn target_delay(&self) -> Duration {
+        self.target_delay
+    }
+    /// Whether the budget adapts.
+    pub fn adaptive(&self) -> bool {
+        self.adaptive
+    }
+}
+
+/// Builds a [`ReceiverConfig`]; [`ReceiverConfigBuilder::build`] checks every range.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReceiverConfigBuilder {
+    c: ReceiverConfig,
+}
+
+impl Default for ReceiverConfigBuilder {
+    fn default() -> Self {
+        Self {
+            c: ReceiverConfig {
+                initial_budget: DEFAULT_INITIAL_BUDGET,
+                min_budget: DEFAULT_MIN_BUDGET,
+                max_budget: DEFAULT_MAX_BUDGET,
+                max_senders: DEFAULT_PORT_MAX_SENDERS,
+                target_delay: DEFAULT_TARGET_DELAY,
+                aging: DEFAULT_AGING,
+                hedge_fraction: DEFAULT_PORT_HEDGE_FRACTION,
+                hedge_burst: DEFAULT_HEDGE_BURST,
+                adaptive: true,
+                port_rate_bps: None,
+            },
+        }
+    }
+}
+
+impl ReceiverConfigBuilder {
+    /// Starting budget in bytes. Default [`DEFAULT_INITIAL_BUDGET`]; range `[min, max]`.
+    pub fn initial_budget(mut self, bytes: u64) -> Self {
+        self.c.initial_budget = bytes;
+        self
+    }
+    /// Floor of the adaptive budget in bytes. Default [`DEFAULT_MIN_BUDGET`]; range
+    /// `[1, initial]`. A grant larger than the budget still goes out when nothing is
+    /// outstanding.
+    pub fn min_budget(mut self, bytes: u64) -> Self {
+        self.c.min_budget = bytes;
+        self
+    }
+    /// Ceiling of the adaptive budget in bytes. Default [`DEFAULT_MAX_BUDGET`]; range
+    /// `[initial, MAX_INFLIGHT_BUDGET]`.
+    pub fn max_budget(mut self, bytes: u64) -> Self {
+        self.c.max_budget = bytes;
+        self
+    }
+    /// Most servers with grants outstanding at once, over all reads. Default
+    /// [`DEFAULT_PORT_MAX_SENDERS`]; range `[1, MAX_SENDERS]`.
+    pub fn max_senders(mut self, k: u32) -> Self {
+        self.c.max_senders = k;
+        self
+    }
+    /// Tolerated queueing delay above the base RTT. Default [`DEFAULT_TARGET_DELAY`]; range
+    /// `[1 us, 1 s]`.
+    pub fn target_delay(mut self, d: Duration) -> Self {
+        self.c.target_delay = d;
+        self
+    }
+    /// Time after its start from which a read goes before every younger one. Default
+    /// [`DEFAULT_AGING`]; range `[0, 1 h]` (0: arrival order, no SRPT).
+    pub fn aging(mut self, d: Duration) -> Self {
+        self.c.aging = d;
+        self
+    }
+    /// Share of granted bytes the port may hedge. Default [`DEFAULT_PORT_HEDGE_FRACTION`];
+    /// range `[0, 1]`.
+    pub fn hedge_fraction(mut self, f: f64) -> Self {
+        self.c.hedge_fraction = f;
+        self
+    }
+    /// Size of the hedge bucket in bytes (the most hedged in one burst; it starts full).
+    /// Default [`DEFAULT_HEDGE_BURST`]; range `[0, MAX_INFLIGHT_BUDGET]`.
+    pub fn hedge_burst(mut self, bytes: u64) -> Self {
+        self.c.hedge_burst = bytes;
+        self
+    }
+    /// Whether the budget adapts (the closed loop) or stays at the initial budget. Default on.
+    pub fn adaptive(mut self, on: bool) -> Self {
+        self.c.adaptive = on;
+        self
+    }
+    /// The port's rate in bits per second, if known: stalls are judged against it until a
+    /// rate is measured. Default `None`; range `> 0`.
+    pub fn port_rate_bps(mut self, bps: Option<u64>) -> Self {
+        self.c.port_rate_bps = bps;
+        self
+    }
+    /// Checks every setting.
+    pub fn build(self) -> Result<ReceiverConfig, ReceiverConfigError> {
+        let c = self.c;
+        if !(1 <= c.min_budget
+            && c.min_budget <= c.initial_budget
+            && c.initial_budget <= c.max_budget
+            && c.max_budget <= MAX_INFLIGHT_BUDGET)
+        {
+            return Err(ReceiverConfigError::Budget {
+                min: c.min_budget,
+                initial: c.initial_budget,
+                max: c.max_budget,
+                limit: MAX_INFLIGHT_BUDGET,
+            });
+        }
+        let out = |what, value: String, range| Err(ReceiverConfigError::OutOfRange { what, value, range });
+        if !(1..=MAX_SENDERS).contains(&c.max_senders) {
+            return out("max_senders", c.max_senders.to_string(), "1 to 65536");
+        }
+        if c.target_delay < Duration::from_micros(1) || c.target_delay > Duration::from_secs(1) {
+            return out("target_delay", format!("{:?}", c.target_delay), "1 us to 1 s");
+        }
+        if c.aging > Duration::from_secs(3600) {
+            return out("aging", format!("{:?}", c.aging), "0 to 1 h");
+        }
+        if !(0.0..=1.0).contains(&c.hedge_fraction) {
+            return out("hedge_fraction", c.hedge_fraction.to_string(), "0 to 1");
+        }
+        if c.hedge_burst > MAX_INFLIGHT_BUDGET {
+            return out("hedge_burst", c.hedge_burst.to_string(), "0 to MAX_INFLIGHT_BUDGET");
+        }
+        if c.port_rate_bps == Some(0) {
+            return out("port_rate_bps", "0".into(), "above 0");
+        }
+        Ok(c)
+    }
+}
+
+/// Names one read of a [`Receiver`]. Unique for the receiver's lifetime.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ReadKey {
+    slot: u32,
+    generation: u32,
+}
+
+impl fmt::Display for ReadKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "read {}.{}", self.slot, self.generation)
+    }
+}
+
+/// How one read ranks against the others.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReadOptions {
+    /// Higher goes first (before SRPT order); default 0. Aged reads go before every
+    /// priority.
+    pub priority: u8,
+}
+
+/// What the port did during one read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortReport {
+    /// Smallest port budget while the read was live, bytes.
+    pub budget_min: u64,
+    /// Largest port budget while the read was live, bytes.
+    pub budget_max: u64,
+    /// Queueing-delay samples the read's grants gave.
+    pub delay_samples: u32,
+    /// Their mean.
+    pub delay_mean: Duration,
+    /// Their largest.
+    pub delay_max: Duration,
+    /// Time the read had no grant outstanding while unfinished: waiting for the port (its
+    /// turn, the budget or the sender cap).
+    pub admission_wait: Duration,
+    /// Whether the read was aged before it ended.
+    pub aged: bool,
+}
+
+/// A read that ended, as [`Receiver::finish_read`] returns it.
+#[derive(Clone, Debug)]
+pub struct FinishedRead {
+    /// The scheduler's counters.
+    pub stats: SchedulerStats,
+    /// What the port did during the read.
+    pub port: PortReport,
+    /// Why it failed, if it did.
+    pub error: Option<ReadError>,
+    /// True if every byte arrived.
+    pub complete: bool,
+}
+
+/// Port-wide counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ReceiverStats {
+    /// The budget now, bytes.
+    pub budget: u64,
+    /// Bytes outstanding now, over all reads.
+    pub outstanding: u64,
+    /// Servers with grants outstanding now, over all reads.
+    pub senders: u32,
+    /// Base RTT (smallest clean first-byte time in the window), if measured.
+    pub base_rtt: Option<Duration>,
+    /// Measured delivery rate, bytes per second, if measured.
+    pub rate_bytes_per_sec: Option<f64>,
+    /// Decreases on queueing delay.
+    pub delay_decreases: u64,
+    /// Decreases on reported loss.
+    pub loss_decreases: u64,
+    /// Decreases on stalls.
+    pub stall_decreases: u64,
+    /// Hedges denied by the port's hedge bucket (not the read's).
+    pub hedges_denied: u64,
+    /// Grants issued.
+    pub grants: u64,
+    /// Reads started.
+    pub reads: u64,
+}
+
+#[derive(Clone, Debug)]
+struct ReadState {
+    sched: Scheduler,
+    seq: u64,
+    key: OrderKey,
+    block_len: u64,
+    /// Port-visible totals last seen, to apply deltas.
+    outstanding: u64,
+    senders: u32,
+    completed: u64,
+    hedged: u64,
+    stalls: u64,
+    spurious: u64,
+    won: u64,
+    waiting_since: Option<Instant>,
+    port: PortReport,
+    delay_sum: Duration,
+}
+
+/// Order key: (class: 0 aged, 1 not; 255 - priority, or 0 when aged; remaining bytes, or the
+/// arrival number when aged; arrival number; slot).
+type OrderKey = (u8, u8, u64, u64, u32);
+
+#[derive(Clone, Debug, Default)]
+struct Slot {
+    generation: u32,
+    read: Option<ReadState>,
+}
+
+/// The client-wide receiver. See the [module docs](self).
+///
+/// ```
+/// use std::time::Instant;
+/// use incast_core::receiver::{Receiver, ReceiverConfig, ReadOptions};
+/// use incast_core::{Action, Delivery, Policy, ServerId, Stripe};
+///
+/// let servers: Vec<ServerId> = (0..4).map(ServerId).collect();
+/// let mut rx = Receiver::new(ReceiverConfig::default());
+/// let now = Instant::now();
+/// let a = rx.start_read(now, &Stripe::fixed_block("a", &servers, 100_000)?, &Policy::default(), 1, ReadOptions::default());
+/// let b = rx.start_read(now, &Stripe::fixed_block("b", &servers, 10_000)?, &Policy::default(), 2, ReadOptions::default());
+/// // A perfect transport: every request is answered at once.
+/// let mut first = None;
+/// while let Some((read, action)) = rx.poll_action(now) {
+///     if let Action::Request(g) = action {
+///         first.get_or_insert(read);
+///         assert!(matches!(rx.on_bytes(now, read, g.id, g.len)?, Delivery::Write { .. }));
+///         rx.on_done(now, read, g.id)?;
+///     }
+/// }
+/// assert_eq!(first, Some(b), "the shorter read goes first");
+/// assert!(rx.finish_read(a).unwrap().complete && rx.finish_read(b).unwrap().complete);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct Receiver {
+    config: ReceiverConfig,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    order: BTreeSet<OrderKey>,
+    /// Live reads by start time, for aging.
+    arrivals: VecDeque<(Instant, ReadKey)>,
+    /// Reads that may have cancels to poll.
+    cancels: VecDeque<ReadKey>,
+    /// Reads that may have ranges to re-request (hedges, retries): served before the order.
+    urgent: VecDeque<ReadKey>,
+    next_seq: u64,
+    outstanding: u64,
+    senders: u32,
+    budget: u64,
+    slow_start: bool,
+    last_decrease: Option<Instant>,
+    base_rtt: Option<(Duration, Instant)>,
+    srtt: Option<Duration>,
+    rate: Option<f64>,
+    rate_window: Option<(Instant, u64)>,
+    delivered: u64,
+    hedge_tokens: u64,
+    timeout_scale: u32,
+    hold_until: Option<Instant>,
+    rtt: Option<RttEstimator>,
+    stats: ReceiverStats,
+}
+
+impl Receiver {
+    /// A receiver for one port.
+    pub fn new(config: ReceiverConfig) -> Self {
+        let rate = config.port_rate_bps.map(|b| b as f64 / 8.0);
+        Self {
+            budget: config.initial_budget,
+            hedge_tokens: config.hedge_burst,
+            timeout_scale: 1,
+            hold_until: None,
+            config,
+            slots: Vec::new(),
+            free: Vec::new(),
+            order: BTreeSet::new(),
+            arrivals: VecDeque::new(),
+            cancels: VecDeque::new(),
+            urgent: VecDeque::new(),
+            next_seq: 0,
+            outstanding: 0,
+            senders: 0,
+            slow_start: true,
+            last_decrease: None,
+            base_rtt: None,
+            srtt: None,
+            rate,
+            rate_window: None,
+            delivered: 0,
+            rtt: None,
+            stats: ReceiverStats::default(),
+        }
+    }
+
+    /// Starts a read of `stripe`. The policy's grant size, pipeline depth, stagger, hedging
+    /// and RTO bounds apply to it; its budget, sender cap and adaptation are the port's.
+    /// `seed` drives its timeout jitter (give each read its own).
+    pub fn start_read(
+        &mut self,
+        now: Instant,
+        stripe: &Stripe,
+        policy: &Policy,
+        seed: u64,
+        opts: ReadOptions,
+    ) -> ReadKey {
+        let policy = crate::policy::PolicyBuilder::from(policy.clone())
+            .max_senders(MAX_SENDERS)
+            .inflight_budget(MAX_INFLIGHT_BUDGET)
+            .adaptation(Adaptation::Static)
+            .build()
+            .expect("a valid policy with the widest budget and sender cap stays valid");
+        let sched = match &self.rtt {
+            Some(rtt) => Scheduler::with_rtt(stripe, &policy, seed, rtt.clone()),
+            None => Scheduler::new(stripe, &policy, seed),
+        };
+        let slot = match self.free.pop() {
+            Some(s) => s,
+            None => {
+                self.slots.push(Slot::default());
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let block_len = stripe.block_len();
+        let key = (1, 255 - opts.priority, block_len, seq, slot);
+        let s = &mut self.slots[slot as usize];
+        s.read = Some(ReadState {
+            sched,
+            seq,
+            key,
+            block_len,
+            outstanding: 0,
+            senders: 0,
+            completed: 0,
+            hedged: 0,
+            stalls: 0,
+            spurious: 0,
+            won: 0,
+            waiting_since: Some(now),
+            port: PortReport {
+                budget_min: self.budget,
+                budget_max: self.budget,
+                ..PortReport::default()
+            },
+            delay_sum: Duration::ZERO,
+        });
+        let rk = ReadKey {
+            slot,
+            generation: s.generation,
+        };
+        self.order.insert(key);
+        self.arrivals.push_back((now, rk));
+        self.stats.reads += 1;
+        self.debug_check();
+        rk
+    }
+
+    /// Ends read `read`: completed, failed, or dropped by the caller half-way. Its grants no
+    /// longer count against the port (the transport should drop their connections' late
+    /// bytes, as it does for cancels). `None` for a key that is not live.
+    pub fn finish_read(&mut self, read: ReadKey) -> Option<FinishedRead> {
+        self.read(read)?;
+        let s = &mut self.slots[read.slot as usize];
+        let r = s.read.take().expect("checked live");
+        s.generation = s.generation.wrapping_add(1);
+        self.free.push(read.slot);
+        self.order.remove(&r.key);
+        self.outstanding -= r.outstanding;
+        self.senders -= r.senders;
+        if r.sched.rtt().samples() > 0 {
+            self.rtt = Some(r.sched.rtt().clone());
+        }
+        let mut port = r.port;
+        if port.delay_samples > 0 {
+            port.delay_mean = r.delay_sum / port.delay_samples;
+        }
+        self.debug_check();
+        Some(FinishedRead {
+            stats: r.sched.stats(),
+            port,
+            error: r.sched.error().cloned(),
+            complete: r.sched.is_complete(),
+        })
+    }
+
+    // ----- outputs -----
+
+    /// The next thing to do and the read it is for, or `None` until an event or a timeout.
+    /// Cancels come first; then grants, shortest remaining read first (aged reads before).
+    pub fn poll_action(&mut self, now: Instant) -> Option<(ReadKey, Action)> {
+        while let Some(&rk) = self.cancels.front() {
+            match self.read_mut(rk).and_then(|r| r.sched.poll_cancel()) {
+                Some(a) => return Some((rk, a)),
+                None => {
+                    self.cancels.pop_front();
+                }
+            }
+        }
+        self.age(now);
+        // Re-requests replace admitted bytes: they go first, whichever read they belong to
+        // (the closed gate lets nothing else through).
+        while let Some(&rk) = self.urgent.front() {
+            let gate = Gate {
+                ahead: self.gate().ahead,
+                timeout_scale: self.timeout_scale,
+                ..Gate::CLOSED
+            };
+            match self.read_mut(rk).map(|r| r.sched.poll_gated(now, &gate)) {
+                Some(Polled::Action(a)) => {
+                    self.stats.grants += 1;
+                    self.sync(now, rk);
+                    return Some((rk, a));
+                }
+                _ => {
+                    self.urgent.pop_front();
+                }
+            }
+        }
+        let gate = self.gate();
+        let mut cursor = self.order.iter().next().copied();
+        while let Some(key) = cursor {
+            let rk = self.key_of(key);
+            let r = self.read_mut(rk).expect("ordered reads are live");
+            match r.sched.poll_gated(now, &gate) {
+                Polled::Action(a) => {
+                    if let Action::Request(g) = &a {
+                        debug_assert!(
+                            matches!(g.kind, crate::GrantKind::Hedge | crate::GrantKind::Retry)
+                                || self.outstanding == 0
+                                || self.outstanding + g.len <= self.budget,
+                            "grant of {} over the port budget {} with {} outstanding",
+                            g.len,
+                            self.budget,
+                            self.outstanding
+                        );
+                        self.stats.grants += 1;
+                        if g.kind != crate::GrantKind::Hedge {
+                            let fill = (g.len as f64 * self.config.hedge_fraction) as u64;
+                            self.hedge_tokens = (self.hedge_tokens + fill).min(self.config.hedge_burst);
+                        }
+                    }
+                    self.sync(now, rk);
+                    return Some((rk, a));
+                }
+                Polled::Blocked(_) => return None,
+                Polled::Idle => {
+                    cursor = self
+                        .order
+                        .range((std::ops::Bound::Excluded(key), std::ops::Bound::Unbounded))
+                        .next()
+                        .copied();
+                }
+            }
+        }
+        None
+    }
+
+    /// The earliest instant at which read `read` has a timer due, if any.
+    pub fn poll_timeout_of(&mut self, read: ReadKey) -> Option<Instant> {
+        self.read_mut(read)?.sched.poll_timeout()
+    }
+
+    /// The earliest timer over all reads. O(reads): a transport that drives each read from
+    /// its own task should use [`Receiver::poll_timeout_of`].
+    pub fn poll_timeout(&mut self) -> Option<Instant> {
+        self.slots
+            .iter_mut()
+            .filter_map(|s| s.read.as_mut())
+            .filter_map(|r| r.sched.poll_timeout())
+            .min()
+    }
+
+    // ----- inputs -----
+
+    /// Fires the timers of read `read` due at `now` (stalled grants are hedged within the
+    /// port's hedge bucket, or backed off).
+    pub fn handle_timeout_of(&mut self, now: Instant, read: ReadKey) -> Result<(), EventError> {
+        let gate = Gate {
+            hedge_room: self.hedge_tokens,
+            timeout_scale: self.timeout_scale,
+            ..Gate::OPEN
+        };
+        let r = self.read_mut(read).ok_or(EventError::UnknownRead { read })?;
+        let denied = r.sched.stats().hedges_denied;
+        r.sched.handle_timeout_gated(now, &gate);
+        let denied = r.sched.stats().hedges_denied - denied;
+        self.stats.hedges_denied += denied;
+        self.sync(now, read);
+        self.debug_check();
+        Ok(())
+    }
+
+    /// Fires every read's timers due at `now`. O(reads).
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let due: Vec<ReadKey> = (0..self.slots.len())
+            .filter_map(|i| {
+                let s = &mut self.slots[i];
+                let gen = s.generation;
+                let r = s.read.as_mut()?;
+                r.sched.poll_timeout().filter(|t| *t <= now).map(|_| ReadKey {
+                    slot: i as u32,
+                    generation: gen,
+                })
+            })
+            .collect();
+        for rk in due {
+            let _ = self.handle_timeout_of(now, rk);
+        }
+    }
+
+    /// `n` more bytes of grant `id` of read `read` arrived. See [`Scheduler::on_bytes`].
+    pub fn on_bytes(&mut self, now: Instant, read: ReadKey, id: GrantId, n: u64) -> Result<Delivery, EventError> {
+        let r = self.read_mut(read).ok_or(EventError::UnknownRead { read })?;
+        let d = r.sched.on_bytes(now, id, n)?;
+        let sample = r.sched.take_sample();
+        if matches!(d, Delivery::Write { .. }) {
+            self.delivered += n;
+        }
+        if let Some(s) = sample {
+            self.on_sample(now, read, s);
+        }
+        self.sample_rate(now);
+        self.sync(now, read);
+        Ok(d)
+    }
+
+    /// Grant `id` of read `read` is done. See [`Scheduler::on_done`].
+    pub fn on_done(&mut self, now: Instant, read: ReadKey, id: GrantId) -> Result<(), EventError> {
+        let r = self.read_mut(read).ok_or(EventError::UnknownRead { read })?;
+        r.sched.on_done(now, id)?;
+        self.sync(now, read);
+        self.debug_check();
+        Ok(())
+    }
+
+    /// Grant `id` of read `read` failed. See [`Scheduler::on_failed`].
+    pub fn on_failed(&mut self, now: Instant, read: ReadKey, id: GrantId) -> Result<(), EventError> {
+        let r = self.read_mut(read).ok_or(EventError::UnknownRead { read })?;
+        r.sched.on_failed(now, id)?;
+        self.sync(now, read);
+        self.debug_check();
+        Ok(())
+    }
+
+    /// A server reported `retransmits` retransmitted segments and `rtos` kernel RTOs (or a
+    /// QUIC connection `rtos` loss events) while answering: the port overflowed.
+    pub fn on_loss(&mut self, now: Instant, retransmits: u64, rtos: u64) {
+        if retransmits + rtos > 0 && self.decrease(now, 1.0 - LOSS_DECREASE) {
+            self.stats.loss_decreases += 1;
+        }
+    }
+
+    // ----- state -----
+
+    /// Whether read `read` completed or failed (`None`: not a live read).
+    pub fn is_finished(&self, read: ReadKey) -> Option<bool> {
+        self.read(read).map(|r| r.sched.is_finished())
+    }
+    /// Why read `read` failed, if it did.
+    pub fn error(&self, read: ReadKey) -> Option<&ReadError> {
+        self.read(read).and_then(|r| r.sched.error())
+    }
+    /// Read `read`'s scheduler counters.
+    pub fn read_stats(&self, read: ReadKey) -> Option<SchedulerStats> {
+        self.read(read).map(|r| r.sched.stats())
+    }
+    /// Read `read`'s block length.
+    pub fn block_len(&self, read: ReadKey) -> Option<u64> {
+        self.read(read).map(|r| r.block_len)
+    }
+    /// Port-wide counters.
+    pub fn stats(&self) -> ReceiverStats {
+        ReceiverStats {
+            budget: self.budget,
+            outstanding: self.outstanding,
+            senders: self.senders,
+            base_rtt: self.base_rtt.map(|(d, _)| d),
+            rate_bytes_per_sec: self.rate,
+            ..self.stats
+        }
+    }
+    /// Whether a cancel is waiting to be polled: until it is, the port no longer counts the
+    /// cancelled grant's bytes, while the transport still has its request out.
+    pub fn has_pending_cancels(&self) -> bool {
+        self.cancels
+            .iter()
+            .any(|&rk| self.read(rk).is_some_and(|r| r.sched.has_cancels()))
+    }
+    /// The budget now, bytes.
+    pub fn budget(&self) -> u64 {
+        self.budget
+    }
+    /// Live reads in the order the port serves them: `(read, aged, live grants, finished)`.
+    pub fn reads_in_order(&self) -> Vec<(ReadKey, bool, u32, bool)> {
+        self.order
+            .iter()
+            .map(|k| {
+                let rk = self.key_of(*k);
+                let r = self.read(rk).expect("ordered reads are live");
+                (rk, k.0 == 0, r.sched.live_grants(), r.sched.is_finished())
+            })
+            .collect()
+    }
+    /// The RTT estimate carried from read to read.
+    pub fn rtt(&self) -> Option<&RttEstimator> {
+        self.rtt.as_ref()
+    }
+
+    /// Checks the invariants of the [module docs](self).
+    pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
+        let (mut out, mut senders, mut live) = (0, 0, 0);
+        for (i, s) in self.slots.iter().enumerate() {
+            let Some(r) = &s.read else { continue };
+            live += 1;
+            if r.outstanding != r.sched.outstanding() || r.senders != r.sched.live_senders() {
+                return Err(InvariantViolation(format!("read in slot {i}: port view out of date")));
+            }
+            out += r.outstanding;
+            senders += r.senders;
+            if !self.order.contains(&r.key) || r.key.4 != i as u32 {
+                return Err(InvariantViolation(format!("read in slot {i} missing from the order")));
+            }
+            r.sched.check_invariants()?;
+        }
+        if out != self.outstanding || senders != self.senders {
+            return Err(InvariantViolation(format!(
+                "port outstanding {} / senders {} but reads sum to {out} / {senders}",
+                self.outstanding, self.senders
+            )));
+        }
+        if self.order.len() != live {
+            return Err(InvariantViolation(format!("{} ordered, {live} live", self.order.len())));
+        }
+        if self.budget < self.config.min_budget || self.budget > self.config.max_budget {
+            return Err(InvariantViolation(format!("budget {} out of bounds", self.budget)));
+        }
+        if self.hedge_tokens > self.config.hedge_burst {
+            return Err(InvariantViolation(format!("hedge tokens {}", self.hedge_tokens)));
+        }
+        Ok(())
+    }
+
+    // ----- internals -----
+
+    fn debug_check(&self) {
+        #[cfg(debug_assertions)]
+        if self.order.len() <= 64 {
+            if let Err(e) = self.check_invariants() {
+                panic!("{e}");
+            }
+        }
+    }
+
+    fn read(&self, rk: ReadKey) -> Option<&ReadState> {
+        let s = self.slots.get(rk.slot as usize)?;
+        (s.generation == rk.generation).then_some(s.read.as_ref()).flatten()
+    }
+
+    fn read_mut(&mut self, rk: ReadKey) -> Option<&mut ReadState> {
+        let s = self.slots.get_mut(rk.slot as usize)?;
+        if s.generation != rk.generation {
+            return None;
+        }
+        s.read.as_mut()
+    }
+
+    fn key_of(&self, k: OrderKey) -> ReadKey {
+        ReadKey {
+            slot: k.4,
+            generation: self.slots[k.4 as usize].generation,
+        }
+    }
+
+    fn gate(&self) -> Gate {
+        let room = if self.outstanding == 0 {
+            u64::MAX
+        } else {
+            self.budget.saturating_sub(self.outstanding)
+        };
+        let ahead = match self.rate {
+            Some(r) if r > 0.0 => Duration::from_secs_f64(self.outstanding as f64 / r),
+            _ => Duration::ZERO,
+        };
+        Gate {
+            room,
+            new_sender: self.senders == 0 || self.senders < self.config.max_senders,
+            hedge_room: self.hedge_tokens,
+            ahead,
+            grant: match self.rate {
+                Some(r) => ((r * GRANT_TIME.as_secs_f64()) as u64).min(self.budget / GRANTS_PER_BUDGET),
+                None => 0,
+            },
+            timeout_scale: self.timeout_scale,
+        }
+    }
+
+    /// Promotes reads that started more than the aging bound ago.
+    fn age(&mut self, now: Instant) {
+        while let Some(&(started, rk)) = self.arrivals.front() {
+            if now < started + self.config.aging {
+                break;
+            }
+            self.arrivals.pop_front();
+            let Some(r) = self.read_mut(rk) else { continue };
+            let old = r.key;
+            r.key = (0, 0, r.seq, r.seq, rk.slot);
+            r.port.aged = true;
+            let new = r.key;
+            self.order.remove(&old);
+            self.order.insert(new);
+        }
+    }
+
+    /// Brings the port's view of read `rk` up to date after an event.
+    fn sync(&mut self, now: Instant, rk: ReadKey) {
+        let budget = self.budget;
+        let Some(r) = self.read_mut(rk) else { return };
+        let (out, senders) = (r.sched.outstanding(), r.sched.live_senders());
+        let completed = r.sched.completed_bytes();
+        let st = r.sched.stats();
+        let hedged = st.hedged_bytes - r.hedged;
+        let stalls = st.stalls - r.stalls;
+        let spurious = st.hedges_spurious - r.spurious;
+        let won = st.hedges_won - r.won;
+        r.spurious = st.hedges_spurious;
+        r.won = st.hedges_won;
+        let done = completed - r.completed;
+        let (old_out, old_senders) = (r.outstanding, r.senders);
+        r.outstanding = out;
+        r.senders = senders;
+        r.completed = completed;
+        r.hedged = st.hedged_bytes;
+        r.stalls = st.stalls;
+        let has_cancels = r.sched.has_cancels();
+        let has_urgent = r.sched.has_urgent();
+        // Admission wait: time with nothing outstanding while unfinished.
+        let idle = r.sched.live_grants() == 0 && !r.sched.is_finished();
+        match (r.waiting_since, idle) {
+            (None, true) => r.waiting_since = Some(now),
+            (Some(t), false) => {
+                r.port.admission_wait += now.saturating_duration_since(t);
+                r.waiting_since = None;
+            }
+            _ => {}
+        }
+        r.port.budget_min = r.port.budget_min.min(budget);
+        r.port.budget_max = r.port.budget_max.max(budget);
+        let rekey = done > 0 && r.key.0 == 1;
+        let old_key = r.key;
+        if rekey {
+            r.key.2 = r.block_len - completed;
+        }
+        let new_key = r.key;
+        self.outstanding = self.outstanding - old_out + out;
+        self.senders = self.senders - old_senders + senders;
+        self.hedge_tokens = self.hedge_tokens.saturating_sub(hedged);
+        if rekey {
+            self.order.remove(&old_key);
+            self.order.insert(new_key);
+        }
+        if has_cancels {
+            self.cancels.push_back(rk);
+        }
+        if has_urgent && self.urgent.back() != Some(&rk) {
+            self.urgent.push_back(rk);
+        }
+        // Spurious hedges say the timeouts are too short for this path (its scheduling noise,
+        // its queues): double them; a won hedge says they were right: shrink them slowly.
+        if spurious > 0 {
+            self.timeout_scale = (self.timeout_scale * 2).min(MAX_TIMEOUT_SCALE);
+        } else if won > 0 && self.timeout_scale > 1 {
+            self.timeout_scale -= 1;
+        }
+        if stalls > 0 && self.decrease(now, 1.0 - LOSS_DECREASE) {
+            self.stats.stall_decreases += 1;
+        }
+        if done > 0 && self.hold_until.is_none_or(|t| now >= t) {
+            self.grow(done);
+        }
+    }
+
+    fn on_sample(&mut self, now: Instant, rk: ReadKey, s: Duration) {
+        let base = match self.base_rtt {
+            Some((b, at)) if b <= s && now < at + BASE_RTT_WINDOW => b,
+            _ => {
+                self.base_rtt = Some((s, now));
+                s
+            }
+        };
+        self.srtt = Some(match self.srtt {
+            None => s,
+            Some(x) => x.mul_f64(0.875) + s.mul_f64(0.125),
+        });
+        let delay = s - base;
+        if let Some(r) = self.read_mut(rk) {
+            r.port.delay_samples += 1;
+            r.delay_sum += delay;
+            r.port.delay_max = r.port.delay_max.max(delay);
+        }
+        let target = self.config.target_delay;
+        if delay > target {
+            // Above the target the budget stops growing for a round trip; only far above it
+            // (a queue the port cannot hold) does it shrink.
+            self.hold_until = Some(now + self.srtt.unwrap_or(target));
+        }
+        if delay > target * SEVERE_DELAY_FACTOR {
+            let excess = (delay - target).as_secs_f64() / delay.as_secs_f64();
+            let f = (1.0 - BETA * excess).max(1.0 - MAX_DECREASE);
+            if self.decrease(now, f) {
+                self.stats.delay_decreases += 1;
+            }
+        }
+    }
+
+    /// Samples the delivery rate over intervals of at least [`RATE_INTERVAL`] (and one
+    /// smoothed RTT) while bytes are outstanding; a smoothed (1/8) average.
+    fn sample_rate(&mut self, now: Instant) {
+        let Some((t0, d0)) = self.rate_window else {
+            self.rate_window = Some((now, self.delivered));
+            return;
+        };
+        let span = now.saturating_duration_since(t0);
+        if span < RATE_INTERVAL.max(self.srtt.unwrap_or_default()) {
+            return;
+        }
+        if self.outstanding > 0 {
+            let r = (self.delivered - d0) as f64 / span.as_secs_f64();
+            self.rate = Some(match self.rate {
+                None => r,
+                Some(x) => x * 0.875 + r * 0.125,
+            });
+        }
+        self.rate_window = Some((now, self.delivered));
+    }
+
+    /// Multiplies the budget by `f`, at most once per smoothed RTT. Returns whether it did.
+    fn decrease(&mut self, now: Instant, f: f64) -> bool {
+        if !self.config.adaptive {
+            return false;
+        }
+        let spacing = self.srtt.unwrap_or(Duration::from_micros(100));
+        if self.last_decrease.is_some_and(|t| now < t + spacing) {
+            return false;
+        }
+        self.slow_start = false;
+        self.last_decrease = Some(now);
+        self.budget = ((self.budget as f64 * f) as u64).clamp(self.config.min_budget, self.config.max_budget);
+        true
+    }
+
+    fn grow(&mut self, delivered: u64) {
+        if !self.config.adaptive {
+            return;
+        }
+        // Homa's rule: about one bandwidth-delay product (RTTbytes) plus the target queue is
+        // all a receiver needs outstanding; more only queues. Growth stops at OVERCOMMIT times
+        // that, at the measured rate, so the budget can still find a faster rate.
+        if let (Some(rate), Some(rtt)) = (self.rate, self.base_rtt.map(|(d, _)| d).or(self.srtt)) {
+            let bdp = rate * (rtt + self.config.target_delay).as_secs_f64();
+            if self.budget as f64 >= OVERCOMMIT * bdp {
+                return;
+            }
+        }
+        let step = if self.slow_start {
+            delivered
+        } else {
+            (u128::from(ADDITIVE_INCREASE) * u128::from(delivered) / u128::from(self.budget.max(1))).max(1) as u64
+        };
+        self.budget = self.budget.saturating_add(step).min(self.config.max_budget);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stripe::ServerId;
+    use crate::Action;
+
+    fn servers(n: u32) -> Vec<ServerId> {
+        (0..n).map(ServerId).collect()
+    }
+
+    fn requests(rx: &mut Receiver, now: Instant) -> Vec<(ReadKey, crate::Grant)> {
+        std::iter::from_fn(|| rx.poll_action(now))
+            .filter_map(|(k, a)| match a {
+                Action::Request(g) => Some((k, g)),
+                Action::Cancel { .. } => None,
+            })
+            .collect()
+    }
+
+    fn finish(rx: &mut Receiver, now: Instant, k: ReadKey, g: &crate::Grant) {
+        rx.on_bytes(now, k, g.id, g.len).unwrap();
+        rx.on_done(now, k, g.id).unwrap();
+    }
+
+    #[test]
+    fn one_budget_for_all_reads_and_a_dropped_read_frees_its_share() {
+        let cfg = ReceiverConfig::builder().adaptive(false).build().unwrap();
+        let mut rx = Receiver::new(cfg);
+        let t = Instant::now();
+        let stripe = Stripe::fixed_sru("a", &servers(16), 64 * 1024).unwrap();
+        let a = rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
+        let b = rx.start_read(t, &stripe, &Policy::default(), 2, ReadOptions::default());
+        let gs = requests(&mut rx, t);
+        let total: u64 = gs.iter().map(|(_, g)| g.len).sum();
+        assert_eq!(total, DEFAULT_INITIAL_BUDGET, "both reads under one 64 KiB budget");
+        assert!(
+            gs.iter().all(|(k, _)| *k == a),
+            "equal reads: the first started goes first"
+        );
+        assert!(rx.finish_read(a).is_some());
+        assert_eq!(rx.stats().outstanding, 0);
+        let gs = requests(&mut rx, t);
+        assert!(!gs.is_empty() && gs.iter().all(|(k, _)| *k == b));
+        assert_eq!(
+            rx.on_bytes(t, a, gs[0].1.id, 1),
+            Err(EventError::UnknownRead { read: a })
+        );
+    }
+
+    #[test]
+    fn shortest_remaining_first_then_priority_then_aging() {
+        let cfg = ReceiverConfig::builder()
+            .adaptive(false)
+            .initial_budget(16 * 1024)
+            .build()
+            .unwrap();
+        let mut rx = Receiver::new(cfg);
+        let t = Instant::now();
+        let long = Stripe::fixed_block("l", &servers(1), 1 << 20).unwrap();
+        let short = Stripe::fixed_block("s", &servers(1), 64 * 1024).unwrap();
+        let l = rx.start_read(t, &long, &Policy::default(), 1, ReadOptions::default());
+        let s = rx.start_read(t, &short, &Policy::default(), 2, ReadOptions::default());
+        let g = requests(&mut rx, t);
+        assert_eq!(g.len(), 1);
+        assert_eq!(g[0].0, s, "shortest first");
+        let p = rx.start_read(t, &long, &Policy::default(), 3, ReadOptions { priority: 1 });
+        finish(&mut rx, t, g[0].0, &g[0].1);
+        let g = requests(&mut rx, t);
+        assert_eq!(g[0].0, p, "a higher priority goes before a shorter read");
+        // Past the aging bound the oldest read goes first, whatever its size.
+        let later = t + DEFAULT_AGING;
+        finish(&mut rx, later, g[0].0, &g[0].1);
+        let g = requests(&mut rx, later);
+        assert_eq!(g[0].0, l, "aged: oldest first");
+        assert!(rx.reads_in_order().iter().all(|r| r.1), "every read is aged");
+    }
+
+    #[test]
+    fn budget_grows_without_signals_and_halves_once_per_rtt_on_loss() {
+        let mut rx = Receiver::new(ReceiverConfig::default());
+        let t = Instant::now();
+        let stripe = Stripe::fixed_sru("a", &servers(8), 256 * 1024).unwrap();
+        rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
+        let gs = requests(&mut rx, t);
+        let t = t + Duration::from_micros(50);
+        for (k, g) in gs {
+            finish(&mut rx, t, k, &g);
+        }
+        let grown = rx.budget();
+        assert!(grown >= 2 * DEFAULT_INITIAL_BUDGET, "slow start doubles: {grown}");
+        rx.on_loss(t, 3, 0);
+        assert_eq!(rx.budget(), grown / 2);
+        rx.on_loss(t + Duration::from_micros(10), 3, 0);
+        assert_eq!(rx.budget(), grown / 2, "one decrease per round trip");
+        rx.on_loss(t + Duration::from_millis(1), 0, 0);
+        assert_eq!(rx.budget(), grown / 2, "no loss, no decrease");
+        rx.on_loss(t + Duration::from_millis(1), 0, 1);
+        assert_eq!(rx.budget(), grown / 4);
+        assert_eq!(rx.stats().loss_decreases, 2);
+    }
+
+    #[test]
+    fn queueing_delay_holds_growth_and_far_above_target_shrinks() {
+        let mut rx = Receiver::new(ReceiverConfig::default());
+        let t = Instant::now();
+        let stripe = Stripe::fixed_sru("a", &servers(64), 64 * 1024).unwrap();
+        let one_deep = Policy::builder().pipeline_depth(1).build().unwrap();
+        let k = rx.start_read(t, &stripe, &one_deep, 1, ReadOptions::default());
+        // A clean sample at 50 us sets the base RTT.
+        // One grant per server: each on an idle connection, each a clean sample.
+        let mut gs = requests(&mut rx, t);
+        gs.dedup_by_key(|(_, g)| g.server);
+        assert!(gs.len() >= 3);
+        let at = t + Duration::from_micros(50);
+        rx.on_bytes(at, k, gs[0].1.id, 1).unwrap();
+        let b0 = rx.budget();
+        // 1 ms above base (5 targets): growth held, no decrease.
+        let late = t + Duration::from_micros(1_050);
+        rx.on_bytes(late, k, gs[1].1.id, 1).unwrap();
+        assert_eq!(rx.stats().delay_decreases, 0);
+        for (_, g) in &gs[..2] {
+            rx.on_bytes(late, k, g.id, g.len - 1).unwrap();
+            rx.on_done(late, k, g.id).unwrap();
+        }
+        assert_eq!(rx.budget(), b0, "held above the target");
+        let st = rx.stats();
+        assert_eq!(st.base_rtt, Some(Duration::from_micros(50)));
+        // 10 ms above base (50 targets): Swift's decrease, at most MAX_DECREASE.
+        let very = late + Duration::from_millis(10);
+        rx.on_bytes(very, k, gs[2].1.id, 1).unwrap();
+        assert_eq!(rx.stats().delay_decreases, 1);
+        let b1 = rx.budget();
+        assert!(
+            b1 < b0 && b1 as f64 >= b0 as f64 * (1.0 - MAX_DECREASE) - 1.0,
+            "{b0} -> {b1}"
+        );
+    }
+
+    #[test]
+    fn config_ranges_are_checked() {
+        assert!(ReceiverConfig::builder().min_budget(0).build().is_err());
+        assert!(ReceiverConfig::builder().initial_budget(1).build().is_err());
+        assert!(ReceiverConfig::builder().max_senders(0).build().is_err());
+        assert!(ReceiverConfig::builder().hedge_fraction(1.5).build().is_err());
+        assert!(ReceiverConfig::builder().target_delay(Duration::ZERO).build().is_err());
+        assert!(ReceiverConfig::builder().port_rate_bps(Some(0)).build().is_err());
+        assert!(ReceiverConfig::for_port(0, 32 * 1024).is_err());
+        let c = ReceiverConfig::for_port(100_000_000_000, 12 << 20).unwrap();
+        assert!(c.initial_budget() > DEFAULT_INITIAL_BUDGET);
+    }
+}

@@ -1,0 +1,529 @@
+//! Property tests of the client-wide receiver: random sets of concurrent reads (random
+//! stripes with replicas, random policies) under a random port (budget bounds, sender cap,
+//! aging, closed loop on or off), driven by random interleavings of: polls, bytes in any
+//! split, completions, failures, late bytes of cancelled grants, reported losses, time
+//! advancing and timeouts, reads starting late and reads dropped half-way. After every step
+//! the harness checks, against its own model of what the transport has seen:
+//!
+//! - a grant of new bytes went out only when it fitted the port budget, or nothing was
+//!   outstanding; re-requests (hedges, retries) may exceed it, and hedged bytes stay within
+//!   the hedge bucket plus its 5% share of the bytes granted;
+//! - a grant of new bytes went to a new server only while the port had fewer than K
+//!   senders, or none;
+//! - no read that wanted a grant was ahead of the read served in the port's order (SRPT and
+//!   aging are the order), and every read older than the aging bound is aged;
+//! - bytes land exactly where their grant says, cancelled grants' bytes are discarded, and
+//!   per read the confirmed ranges never overlap (exactly once, hedges and retries included);
+//! - the port's outstanding bytes are the transport's, and a dropped read's share is freed
+//!   at once;
+//! - the receiver's own invariants hold.
+//!
+//! Then a fair transport answers everything: every read must end, complete (its confirmed
+//! ranges cover its block) or failed with an error naming a server.
+//!
+//! Cases: 10,000 in release builds, 200 in debug builds; `PROPTEST_CASES` overrides.
+//! Run: `cargo test --release -p incast-core --test receiver_props`
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use incast_core::receiver::{ReadKey, ReadOptions, Receiver, ReceiverConfig};
+use incast_core::{
+    Action, Delivery, Fragment, GrantId, GrantKind, GrantSize, Hedging, Policy, RtoBounds, ServerId, Stripe,
+};
+use proptest::prelude::*;
+
+fn cases() -> u32 {
+    let default = if cfg!(debug_assertions) { 200 } else { 10_000 };
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+#[derive(Clone, Debug)]
+struct ReadSpec {
+    fragments: u32,
+    len: u64,
+    replicas: bool,
+    chunk: u64,
+    depth: u32,
+    hedging: bool,
+    priority: u8,
+    start_at_step: u16,
+}
+
+fn read_spec() -> impl Strategy<Value = ReadSpec> {
+    (
+        1u32..=24,
+        0u64..=200_000,
+        any::<bool>(),
+        prop_oneof![Just(0u64), 1_000u64..=64_000],
+        1u32..=4,
+        any::<bool>(),
+        prop_oneof![Just(0u8), 0u8..=3],
+        prop_oneof![Just(0u16), 0u16..=200],
+    )
+        .prop_map(
+            |(fragments, len, replicas, chunk, depth, hedging, priority, start_at_step)| ReadSpec {
+                fragments,
+                len,
+                replicas,
+                chunk,
+                depth,
+                hedging,
+                priority,
+                start_at_step,
+            },
+        )
+}
+
+#[derive(Clone, Debug)]
+struct PortSpec {
+    min: u64,
+    initial: u64,
+    max: u64,
+    senders: u32,
+    aging_us: u64,
+    adaptive: bool,
+    burst: u64,
+}
+
+fn port_spec() -> impl Strategy<Value = PortSpec> {
+    (
+        1u64..=64_000,
+        0u64..=200_000,
+        0u64..=1_000_000,
+        1u32..=24,
+        0u64..=20_000,
+        any::<bool>(),
+        0u64..=300_000,
+    )
+        .prop_map(|(min, a, b, senders, aging_us, adaptive, burst)| PortSpec {
+            min,
+            initial: min + a,
+            max: min + a + b,
+            senders,
+            aging_us,
+            adaptive,
+            burst,
+        })
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Poll,
+    Bytes { pick: u16, frac: u8 },
+    Done { pick: u16 },
+    Fail { pick: u16 },
+    LateBytes { pick: u16 },
+    Advance { us: u32 },
+    Loss,
+    Drop { pick: u16 },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => Just(Op::Poll),
+        6 => (any::<u16>(), 1u8..=255).prop_map(|(pick, frac)| Op::Bytes { pick, frac }),
+        5 => any::<u16>().prop_map(|pick| Op::Done { pick }),
+        1 => any::<u16>().prop_map(|pick| Op::Fail { pick }),
+        1 => any::<u16>().prop_map(|pick| Op::LateBytes { pick }),
+        3 => (0u32..=3_000).prop_map(|us| Op::Advance { us }),
+        1 => Just(Op::Loss),
+        1 => any::<u16>().prop_map(|pick| Op::Drop { pick }),
+    ]
+}
+
+struct Live {
+    read: ReadKey,
+    id: GrantId,
+    server: ServerId,
+    fragment: usize,
+    block_offset: u64,
+    len: u64,
+    received: u64,
+    cancelled: bool,
+}
+
+struct ReadModel {
+    stripe: Stripe,
+    /// Confirmed ranges, start -> end.
+    confirmed: BTreeMap<u64, u64>,
+    started_at: Instant,
+}
+
+struct Harness {
+    rx: Receiver,
+    reads: HashMap<ReadKey, ReadModel>,
+    live: Vec<Live>,
+    dead: Vec<Live>,
+    now: Instant,
+    aging: Duration,
+    senders_cap: u32,
+    hedge_burst: u64,
+    hedged: u64,
+    granted: u64,
+}
+
+impl Harness {
+    fn outstanding(&self) -> u64 {
+        self.live
+            .iter()
+            .filter(|l| !l.cancelled)
+            .map(|l| l.len - l.received)
+            .sum()
+    }
+    fn senders(&self) -> usize {
+        let mut s: Vec<(ReadKey, ServerId)> = self
+            .live
+            .iter()
+            .filter(|l| !l.cancelled)
+            .map(|l| (l.read, l.server))
+            .collect();
+        s.sort_unstable();
+        s.dedup();
+        s.len()
+    }
+
+    fn check(&self) -> Result<(), TestCaseError> {
+        self.rx
+            .check_invariants()
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        if self.rx.has_pending_cancels() {
+            prop_assert!(self.rx.stats().outstanding <= self.outstanding());
+        } else {
+            prop_assert_eq!(
+                self.rx.stats().outstanding,
+                self.outstanding(),
+                "port outstanding vs transport"
+            );
+        }
+        Ok(())
+    }
+
+    fn poll(&mut self) -> Result<bool, TestCaseError> {
+        let budget = self.rx.budget();
+        let before = self.outstanding();
+        let senders = self.senders();
+        let Some((read, action)) = self.rx.poll_action(self.now) else {
+            return Ok(false);
+        };
+        match action {
+            Action::Request(g) => {
+                // Re-requests replace admitted bytes (and hedges draw on the bucket).
+                let rerequest = matches!(g.kind, GrantKind::Hedge | GrantKind::Retry);
+                prop_assert!(
+                    rerequest || before == 0 || before + g.len <= budget,
+                    "grant of {} with {} outstanding, budget {}",
+                    g.len,
+                    before,
+                    budget
+                );
+                let existing = self
+                    .live
+                    .iter()
+                    .any(|l| !l.cancelled && l.read == read && l.server == g.server);
+                prop_assert!(
+                    rerequest || existing || senders == 0 || senders < self.senders_cap as usize,
+                    "new sender with {} of {} live",
+                    senders,
+                    self.senders_cap
+                );
+                let m = &self.reads[&read];
+                let f = m.stripe.fragment(g.fragment);
+                prop_assert!(f.server() == g.server || f.replicas().contains(&g.server));
+                let range = m.stripe.block_range(g.fragment);
+                prop_assert!(g.block_offset >= range.start && g.block_offset + g.len <= range.end);
+                // SRPT and aging: nobody that wanted a grant was ahead of `read`
+                // (re-requests go first whatever the order).
+                for (rk, aged, live, finished) in self.rx.reads_in_order() {
+                    if rk == read || rerequest {
+                        break;
+                    }
+                    prop_assert!(
+                        live > 0 || finished,
+                        "{} served while {} (aged {}) waited with nothing outstanding",
+                        read,
+                        rk,
+                        aged
+                    );
+                }
+                for (rk, aged, _, _) in self.rx.reads_in_order() {
+                    if self.now >= self.reads[&rk].started_at + self.aging {
+                        prop_assert!(aged, "{} older than the aging bound but not aged", rk);
+                    }
+                }
+                if g.kind == GrantKind::Hedge {
+                    self.hedged += g.len;
+                } else {
+                    self.granted += g.len;
+                }
+                prop_assert!(
+                    self.hedged as f64 <= self.hedge_burst as f64 + 0.05 * self.granted as f64 + 1.0,
+                    "hedged {} of {} granted, bucket {}",
+                    self.hedged,
+                    self.granted,
+                    self.hedge_burst
+                );
+                self.live.push(Live {
+                    read,
+                    id: g.id,
+                    server: g.server,
+                    fragment: g.fragment,
+                    block_offset: g.block_offset,
+                    len: g.len,
+                    received: 0,
+                    cancelled: false,
+                });
+            }
+            Action::Cancel { id, .. } => {
+                let l = self.live.iter_mut().find(|l| l.read == read && l.id == id);
+                let l = l.ok_or_else(|| TestCaseError::fail("cancel of a grant not live"))?;
+                prop_assert!(!l.cancelled);
+                l.cancelled = true;
+            }
+        }
+        Ok(true)
+    }
+
+    fn bytes(&mut self, i: usize, n: u64) -> Result<(), TestCaseError> {
+        let l = &self.live[i];
+        let (read, id, cancelled) = (l.read, l.id, l.cancelled);
+        let at = l.block_offset + l.received;
+        let d = self.rx.on_bytes(self.now, read, id, n);
+        let d = d.map_err(|e| TestCaseError::fail(format!("bytes: {e}")))?;
+        if cancelled {
+            prop_assert_eq!(d, Delivery::Discard);
+        } else {
+            prop_assert_eq!(d, Delivery::Write { block_offset: at });
+        }
+        self.live[i].received += n;
+        Ok(())
+    }
+
+    fn done(&mut self, i: usize) -> Result<(), TestCaseError> {
+        let l = self.live.remove(i);
+        self.rx
+            .on_done(self.now, l.read, l.id)
+            .map_err(|e| TestCaseError::fail(format!("done: {e}")))?;
+        if !l.cancelled {
+            let m = self.reads.get_mut(&l.read).expect("live read");
+            let (s, e) = (l.block_offset, l.block_offset + l.len);
+            if let Some((_, &pe)) = m.confirmed.range(..e).next_back() {
+                prop_assert!(pe <= s, "range {}..{} confirmed twice", s, e);
+            }
+            if l.len > 0 {
+                m.confirmed.insert(s, e);
+            }
+        }
+        let _ = l.fragment;
+        self.dead.push(l);
+        Ok(())
+    }
+
+    fn fail(&mut self, i: usize) -> Result<(), TestCaseError> {
+        let l = self.live.remove(i);
+        self.rx
+            .on_failed(self.now, l.read, l.id)
+            .map_err(|e| TestCaseError::fail(format!("failed: {e}")))?;
+        self.dead.push(l);
+        Ok(())
+    }
+
+    fn drop_read(&mut self, read: ReadKey) -> Result<(), TestCaseError> {
+        prop_assert!(self.rx.finish_read(read).is_some());
+        prop_assert!(self.rx.finish_read(read).is_none(), "a read ends once");
+        self.live.retain(|l| l.read != read);
+        self.reads.remove(&read);
+        // The port's outstanding bytes are now the other reads' alone (`check`).
+        self.check()
+    }
+
+    /// Ends finished reads, checking complete ones cover their block.
+    fn reap(&mut self) -> Result<(), TestCaseError> {
+        let keys: Vec<ReadKey> = self.reads.keys().copied().collect();
+        for k in keys {
+            if self.rx.is_finished(k) != Some(true) || self.live.iter().any(|l| l.read == k && !l.cancelled) {
+                continue;
+            }
+            let done = self.rx.finish_read(k).expect("live");
+            let m = self.reads.remove(&k).expect("model");
+            self.live.retain(|l| l.read != k);
+            if done.complete {
+                let mut at = 0;
+                for (&s, &e) in &m.confirmed {
+                    prop_assert_eq!(s, at, "hole in a complete block");
+                    at = e;
+                }
+                prop_assert_eq!(at, m.stripe.block_len());
+            } else {
+                prop_assert!(done.error.is_some(), "ended neither complete nor failed");
+            }
+        }
+        Ok(())
+    }
+}
+
+fn stripe_of(spec: &ReadSpec, servers: u32, salt: u64) -> Stripe {
+    let frags = (0..spec.fragments)
+        .map(|i| {
+            let s = ((u64::from(i) + salt) % u64::from(servers)) as u32;
+            let len = (spec.len + u64::from(i) * 977) % (spec.len + 1);
+            let f = Fragment::new(ServerId(s), "k", 0, len);
+            if spec.replicas && servers > 1 {
+                f.with_replicas(vec![ServerId((s + 1) % servers)])
+            } else {
+                f
+            }
+        })
+        .collect();
+    Stripe::new(frags).expect("valid stripe")
+}
+
+fn policy_of(spec: &ReadSpec) -> Policy {
+    Policy::builder()
+        .grant_size(if spec.chunk == 0 {
+            GrantSize::Whole
+        } else {
+            GrantSize::Chunk { bytes: spec.chunk }
+        })
+        .pipeline_depth(spec.depth)
+        .hedging(if spec.hedging {
+            Hedging::AfterRto {
+                budget_fraction: 0.5,
+                min_budget_bytes: 64_000,
+            }
+        } else {
+            Hedging::Off
+        })
+        .rto(
+            RtoBounds::new(
+                Duration::from_micros(500),
+                Duration::from_micros(200),
+                Duration::from_millis(20),
+            )
+            .unwrap(),
+        )
+        .build()
+        .expect("valid policy")
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), max_shrink_iters: 1_000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn client_wide_receiver_holds_its_invariants(
+        port in port_spec(),
+        reads in prop::collection::vec(read_spec(), 1..=12),
+        servers in 1u32..=16,
+        ops in prop::collection::vec(op(), 0..400),
+    ) {
+        let config = ReceiverConfig::builder()
+            .min_budget(port.min)
+            .initial_budget(port.initial)
+            .max_budget(port.max)
+            .max_senders(port.senders)
+            .aging(Duration::from_micros(port.aging_us))
+            .adaptive(port.adaptive)
+            .hedge_burst(port.burst)
+            .build()
+            .expect("valid port");
+        let t0 = Instant::now();
+        let mut h = Harness {
+            rx: Receiver::new(config),
+            reads: HashMap::new(),
+            live: Vec::new(),
+            dead: Vec::new(),
+            now: t0,
+            aging: Duration::from_micros(port.aging_us),
+            senders_cap: port.senders,
+            hedge_burst: port.burst,
+            hedged: 0,
+            granted: 0,
+        };
+        let mut pending: Vec<(usize, &ReadSpec)> = reads.iter().enumerate().collect();
+        pending.sort_by_key(|(_, s)| s.start_at_step);
+        let mut start_due = |h: &mut Harness, step: usize| {
+            while let Some(&(i, spec)) = pending.first() {
+                if usize::from(spec.start_at_step) > step {
+                    break;
+                }
+                pending.remove(0);
+                let stripe = stripe_of(spec, servers, i as u64);
+                let key = h.rx.start_read(h.now, &stripe, &policy_of(spec), i as u64, ReadOptions { priority: spec.priority });
+                h.reads.insert(key, ReadModel { stripe, confirmed: BTreeMap::new(), started_at: h.now });
+            }
+        };
+        for (step, op) in ops.iter().enumerate() {
+            start_due(&mut h, step);
+            // The transport hears of a cancel before its next event.
+            while h.rx.has_pending_cancels() {
+                prop_assert!(h.poll()?);
+            }
+            let pick = |h: &Harness, p: u16, ok: &dyn Fn(&Live) -> bool| {
+                let c: Vec<usize> = (0..h.live.len()).filter(|&i| ok(&h.live[i])).collect();
+                (!c.is_empty()).then(|| c[p as usize % c.len()])
+            };
+            match *op {
+                Op::Poll => { h.poll()?; }
+                Op::Bytes { pick: p, frac } => {
+                    if let Some(i) = pick(&h, p, &|l| l.received < l.len) {
+                        let left = h.live[i].len - h.live[i].received;
+                        let n = (left * u64::from(frac) / 255).max(1);
+                        h.bytes(i, n)?;
+                    }
+                }
+                Op::Done { pick: p } => {
+                    if let Some(i) = pick(&h, p, &|l| l.received == l.len) { h.done(i)?; }
+                }
+                Op::Fail { pick: p } => {
+                    if let Some(i) = pick(&h, p, &|_| true) { h.fail(i)?; }
+                }
+                Op::LateBytes { pick: p } => {
+                    if !h.dead.is_empty() {
+                        let l = &h.dead[p as usize % h.dead.len()];
+                        if h.reads.contains_key(&l.read) {
+                            let d = h.rx.on_bytes(h.now, l.read, l.id, 1);
+                            prop_assert_eq!(d, Ok(Delivery::Discard));
+                        }
+                    }
+                }
+                Op::Advance { us } => {
+                    h.now += Duration::from_micros(u64::from(us));
+                    h.rx.handle_timeout(h.now);
+                }
+                Op::Loss => h.rx.on_loss(h.now, 3, 0),
+                Op::Drop { pick: p } => {
+                    let mut keys: Vec<ReadKey> = h.reads.keys().copied().collect();
+                    keys.sort_unstable();
+                    if !keys.is_empty() && p % 4 == 0 {
+                        h.drop_read(keys[p as usize % keys.len()])?;
+                    }
+                }
+            }
+            h.check()?;
+            h.reap()?;
+        }
+        start_due(&mut h, usize::MAX);
+        // A fair transport: poll everything, answer everything, advance time when stuck.
+        let mut rounds = 0;
+        while !h.reads.is_empty() {
+            rounds += 1;
+            prop_assert!(rounds < 200_000, "reads never ended: {} left", h.reads.len());
+            while h.poll()? {}
+            h.check()?;
+            if let Some(i) = h.live.iter().position(|l| l.received < l.len) {
+                let n = h.live[i].len - h.live[i].received;
+                h.bytes(i, n)?;
+            } else if let Some(i) = h.live.iter().position(|l| l.received == l.len) {
+                h.done(i)?;
+            } else {
+                h.now += Duration::from_millis(1);
+                h.rx.handle_timeout(h.now);
+            }
+            h.check()?;
+            h.reap()?;
+        }
+    }
+}
