@@ -44,12 +44,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use incast_core::{Action, Delivery, GrantId, GrantKind, Lane, Policy, ReadError, Scheduler, SchedulerStats};
+use incast_core::receiver::{PortReport, ReadOptions, ReceiverConfig, ReceiverStats};
+use incast_core::{Action, Delivery, GrantId, GrantKind, Lane, Policy, ReadError, SchedulerStats};
 use incast_core::{RttEstimator, ServerId, Stripe};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
+use crate::port::{Port, ReadSched, SharedRead, Sharing};
 use crate::timer::HrTimer;
 use crate::tune::{rearm_quickack, SocketTuning, TuningReport};
 use crate::wire::{self, ErrorCode, Frame, Header, Kind, TcpCounters, WireError, HEADER_LEN};
@@ -148,6 +150,9 @@ pub struct ClientConfig {
     rearm_quickack: bool,
     verify_checksums: bool,
     transport: Transport,
+    sharing: Sharing,
+    receiver: ReceiverConfig,
+    port_hint: Option<(u64, u64)>,
     #[cfg(feature = "quic")]
     quic: Option<crate::quic::QuicClientConfig>,
 }
@@ -170,6 +175,14 @@ impl ClientConfig {
     /// The transport.
     pub fn transport(&self) -> Transport {
         self.transport
+    }
+    /// How concurrent reads share the port.
+    pub fn sharing(&self) -> Sharing {
+        self.sharing
+    }
+    /// The client-wide receiver's settings (used with [`Sharing::Port`]).
+    pub fn receiver(&self) -> &ReceiverConfig {
+        &self.receiver
     }
 }
 
@@ -213,6 +226,9 @@ impl Default for ClientConfigBuilder {
                 rearm_quickack: true,
                 verify_checksums: true,
                 transport: Transport::Tcp,
+                sharing: Sharing::Port,
+                receiver: ReceiverConfig::default(),
+                port_hint: None,
                 #[cfg(feature = "quic")]
                 quic: None,
             },
@@ -259,6 +275,27 @@ impl ClientConfigBuilder {
         self.cfg.transport = t;
         self
     }
+    /// How concurrent reads share the client's port. Default [`Sharing::Port`]: one
+    /// client-wide receiver.
+    pub fn sharing(mut self, s: Sharing) -> Self {
+        self.cfg.sharing = s;
+        self
+    }
+    /// The client-wide receiver's settings. Default [`ReceiverConfig::default`]: a 64 KiB
+    /// starting budget that adapts to what the reads measure. Replaced by
+    /// [`ClientConfigBuilder::port_hint`] when that is given.
+    pub fn receiver(mut self, r: ReceiverConfig) -> Self {
+        self.cfg.receiver = r;
+        self
+    }
+    /// The rate of the client's port in bits per second and the buffer of the switch port
+    /// in front of it in bytes, if known: the receiver starts from
+    /// [`incast_core::model::recommend`]'s budget ([`ReceiverConfig::for_port`]) instead of
+    /// the default. Default none; rate > 0.
+    pub fn port_hint(mut self, rate_bps: u64, buffer_bytes: u64) -> Self {
+        self.cfg.port_hint = Some((rate_bps, buffer_bytes));
+        self
+    }
     /// QUIC settings: whom to trust and how to tune connections (feature `quic`). Required by
     /// the QUIC transports.
     #[cfg(feature = "quic")]
@@ -284,7 +321,15 @@ impl ClientConfigBuilder {
         if c.max_block_bytes == 0 || c.max_block_bytes > 1 << 40 {
             return bad("max_block_bytes", c.max_block_bytes.to_string(), "1..=2^40");
         }
-        Ok(self.cfg)
+        let mut cfg = self.cfg;
+        if let Some((rate, buffer)) = cfg.port_hint {
+            cfg.receiver = ReceiverConfig::for_port(rate, buffer).map_err(|e| ClientConfigError::OutOfRange {
+                field: "port_hint",
+                value: format!("{rate} bit/s, {buffer} bytes ({e})"),
+                allowed: "rate > 0",
+            })?;
+        }
+        Ok(cfg)
     }
 }
 
@@ -386,6 +431,9 @@ pub struct ReadReport {
     /// Loss-recovery episodes (quinn's congestion events) on the servers' side of the QUIC
     /// connections: QUIC's counterpart of `kernel_rtos`.
     pub quic_loss_events: u64,
+    /// What the client's port did during the read ([`Sharing::Port`] only): the budget's
+    /// range, queueing-delay samples, time waiting for admission.
+    pub port: Option<PortReport>,
 }
 
 /// A read's result: the block, in one buffer, and the report.
@@ -421,8 +469,10 @@ pub struct Client {
     idle: Mutex<HashMap<(ServerId, Lane), Vec<Conn>>>,
     last_tuning: Mutex<Option<String>>,
     reads: AtomicU64,
-    /// RTT estimate carried from read to read.
+    /// RTT estimate carried from read to read (reads alone; the port carries its own).
     rtt: Mutex<Option<RttEstimator>>,
+    /// The client-wide receiver, with [`Sharing::Port`].
+    port: Option<Arc<Port>>,
 }
 
 impl Client {
@@ -440,6 +490,7 @@ impl Client {
                 .quic
                 .clone()
                 .map(|q| Arc::new(crate::quic::QuicClient::new(q, config.connect_timeout))),
+            port: (config.sharing == Sharing::Port).then(|| Arc::new(Port::new(config.receiver.clone()))),
             config,
             idle: Mutex::new(HashMap::new()),
             last_tuning: Mutex::new(None),
@@ -470,9 +521,27 @@ impl Client {
             .sum()
     }
 
+    /// The client-wide receiver's counters (budget, outstanding bytes, measured base RTT and
+    /// rate, decreases), with [`Sharing::Port`].
+    pub fn port_stats(&self) -> Option<ReceiverStats> {
+        self.port.as_ref().map(|p| p.stats())
+    }
+
     /// Reads the block `stripe` describes, under `policy`. Returns the block in one buffer
     /// and a report, or an error naming what failed; never a short or partial block.
+    /// Concurrent reads of one client share its port ([`Sharing`]).
     pub async fn fan_in_read(&self, stripe: &Stripe, policy: &Policy) -> Result<ReadOutput, FanInError> {
+        self.fan_in_read_with(stripe, policy, ReadOptions::default()).await
+    }
+
+    /// [`Client::fan_in_read`] with a per-read priority: under [`Sharing::Port`], a read of
+    /// higher priority is served before reads of lower priority that are not yet aged.
+    pub async fn fan_in_read_with(
+        &self,
+        stripe: &Stripe,
+        policy: &Policy,
+        opts: ReadOptions,
+    ) -> Result<ReadOutput, FanInError> {
         let start = Instant::now();
         if stripe.block_len() > self.config.max_block_bytes {
             return Err(FanInError::BlockTooLarge {
@@ -499,9 +568,14 @@ impl Client {
         let mut d = Driver {
             client: self,
             stripe,
-            sched: match self.rtt.lock().unwrap_or_else(|e| e.into_inner()).clone() {
-                Some(rtt) => Scheduler::with_rtt(stripe, policy, seed, rtt),
-                None => Scheduler::new(stripe, policy, seed),
+            sched: match &self.port {
+                Some(port) => ReadSched::Shared(SharedRead::start(port.clone(), start, stripe, policy, seed, opts)),
+                None => ReadSched::own(
+                    stripe,
+                    policy,
+                    seed,
+                    self.rtt.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+                ),
             },
             block: vec![0u8; stripe.block_len() as usize],
             scratch: Vec::new(),
@@ -527,10 +601,10 @@ impl Client {
         };
         let result = d.run().await;
         d.report.elapsed = start.elapsed();
-        d.report.stats = d.sched.stats();
-        if d.sched.rtt().samples() > 0 {
-            *self.rtt.lock().unwrap_or_else(|e| e.into_inner()) = Some(d.sched.rtt().clone());
+        if let Some(rtt) = d.sched.rtt_to_carry() {
+            *self.rtt.lock().unwrap_or_else(|e| e.into_inner()) = Some(rtt);
         }
+        (d.report.stats, d.report.port) = d.sched.finish();
         d.release_connections();
         result?;
         Ok(ReadOutput {
@@ -562,6 +636,8 @@ struct Inflight {
     req: u64,
     /// `None` once cancelled: the rest of its bytes are drained.
     grant: Option<GrantId>,
+    /// The grant it was, once cancelled: if it still ends whole, its hedge was spurious.
+    cancelled: Option<GrantId>,
     fragment: usize,
     block_offset: u64,
     len: u64,
@@ -604,7 +680,7 @@ type Ready = Pin<Box<dyn Future<Output = usize> + Send>>;
 struct Driver<'a> {
     client: &'a Client,
     stripe: &'a Stripe,
-    sched: Scheduler,
+    sched: ReadSched,
     block: Vec<u8>,
     scratch: Vec<u8>,
     conns: Vec<Conn>,
@@ -643,6 +719,7 @@ impl Driver<'_> {
         let deadline = self.start + self.client.config.read_timeout;
         let overall = tokio::time::sleep_until(deadline.into());
         tokio::pin!(overall);
+        let routed = self.sched.notify();
         loop {
             self.perform_actions().await;
             if self.sched.is_finished() {
@@ -655,6 +732,8 @@ impl Driver<'_> {
                 timer.set(next).map_err(FanInError::Timer)?;
             }
             tokio::select! {
+                // The port routed an action to this read (another read freed room).
+                _ = async { routed.as_ref().expect("guarded").notified().await }, if routed.is_some() => {}
                 Some(i) = self.readable.next() => {
                     self.conns[i].waiting = false;
                     self.on_readable(i);
@@ -687,7 +766,7 @@ impl Driver<'_> {
         }
         if let Some(err) = self.sched.error() {
             return Err(FanInError::Failed {
-                source: err.clone(),
+                source: err,
                 cause: std::mem::take(&mut self.last_cause),
             });
         }
@@ -723,6 +802,7 @@ impl Driver<'_> {
                     c.inflight.push_back(Inflight {
                         req,
                         grant: Some(g.id),
+                        cancelled: None,
                         fragment: g.fragment,
                         block_offset: g.block_offset,
                         len: g.len,
@@ -742,6 +822,7 @@ impl Driver<'_> {
                     let c = &mut self.conns[i];
                     if let Some(f) = c.inflight.iter_mut().find(|f| f.grant == Some(id)) {
                         f.grant = None;
+                        f.cancelled = Some(id);
                         Frame::Cancel { id: f.req }.encode(&mut c.out);
                         touched.push(i);
                     }
@@ -861,6 +942,7 @@ impl Driver<'_> {
                     // Already made per-request deltas by the task (see `quic::client`).
                     self.report.quic_loss_events += u64::from(c.rtos);
                     self.report.quic_lost_packets += u64::from(c.retransmits);
+                    self.sched.on_loss(now, u64::from(c.retransmits), u64::from(c.rtos));
                 }
                 let got = Received {
                     fragment: s.fragment,
@@ -1143,13 +1225,22 @@ impl Driver<'_> {
                 if counters.is_some() {
                     c.counters = counters;
                 }
-                let Some(g) = f.grant else { return Ok(()) };
-                self.grant_conn.remove(&g);
+                // Counted for cancelled requests too: a hedged request's RTO is still one the
+                // port took (and the read may have waited for it before the hedge).
                 let fr = &mut self.report.fragments[f.fragment];
                 fr.kernel_rtos += rtos;
                 fr.retransmits += retrans;
                 self.report.kernel_rtos += u64::from(rtos);
                 self.report.retransmits += u64::from(retrans);
+                self.sched.on_loss(now, u64::from(retrans), u64::from(rtos));
+                let Some(g) = f.grant else {
+                    if let Some(orig) = f.cancelled.filter(|_| !cancelled && f.received == f.len) {
+                        // The original of a hedge ended whole: the scheduler counts it spurious.
+                        let _ = self.sched.on_done(now, orig);
+                    }
+                    return Ok(());
+                };
+                self.grant_conn.remove(&g);
                 let got = Received {
                     fragment: f.fragment,
                     len: f.len,

@@ -25,6 +25,7 @@ compile_error!("incast-rpc needs Linux (TCP_INFO, TCP_WINDOW_CLAMP, timerfd)");
 pub use incast_core as core;
 
 pub mod client;
+mod port;
 #[cfg(feature = "quic")]
 pub mod quic;
 pub mod server;
@@ -39,6 +40,7 @@ pub use client::{
     Client, ClientConfig, ClientConfigBuilder, ClientConfigError, FanInError, FragmentReport, ReadOutput, ReadReport,
     Transport,
 };
+pub use port::Sharing;
 pub use server::{serve, ServerConfig, ServerConfigBuilder, ServerConfigError, ServerHandle, ServerStats};
 pub use store::{FileStore, FragmentStore, MemStore, StoreError};
 pub use tcpinfo::TcpInfo;
