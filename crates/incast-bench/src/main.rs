@@ -193,6 +193,11 @@ struct Common {
     /// the whole of every configuration (testbed or loopback).
     #[arg(long, default_value_t = 0)]
     background: usize,
+    /// Start the concurrent reads in batches of `--concurrency` that begin together (the
+    /// next batch once this one ended), as a partition-aggregate query does, instead of
+    /// each reader starting its next read when its last one ends.
+    #[arg(long)]
+    batch: bool,
     /// No progress bar.
     #[arg(long, short)]
     quiet: bool,
@@ -449,6 +454,7 @@ impl Common {
             senders,
             concurrency: self.concurrency.clone(),
             background: self.background,
+            batch: self.batch,
             layouts: layouts(self)?,
             strategies,
             blocks: self.blocks,
@@ -708,6 +714,7 @@ fn run_demo(a: &DemoArgs) -> Result<(), CliError> {
         quic_gso: incast_rpc::quic::DEFAULT_MAX_GSO_SEGMENTS,
         concurrency: DEMO_CONCURRENCY.to_vec(),
         background: 0,
+        batch: false,
     };
     let spec = common.spec(
         DEMO_SENDERS.to_vec(),

@@ -127,7 +127,7 @@ const CSV_FIELDS: &str =
     "strategy,layout,senders,sru_bytes,block_bytes,blocks,failed_blocks,goodput_mbps,line_rate_mbps,\
 line_rate_fraction,ideal_ms,p50_ms,p99_ms,max_ms,p99_over_ideal,kernel_rtos,blocks_with_rto,rto_free_fraction,\
 blocks_over_100ms,retransmits,hedges,grants,switch_drops,cc,buffer_bytes,rate_bps,elapsed_s,quic_requests,\
-quic_loss_events,quic_lost_packets,cpu_s_per_gib,concurrency,mean_ms,background_flows,background_mbps,machine_cpu_busy";
+quic_loss_events,quic_lost_packets,cpu_s_per_gib,concurrency,mean_ms,background_flows,background_mbps,machine_cpu_busy,hedges_won,hedges_spurious,budget_min,budget_max,delay_samples,delay_mean_us,delay_max_us,admission_wait_ms,batch";
 
 /// Writes one CSV row per result (the histogram stays in the JSON).
 pub fn write_csv(path: &Path, results: &[Measurement]) -> Result<(), WriteError> {
@@ -138,7 +138,7 @@ pub fn write_csv(path: &Path, results: &[Measurement]) -> Result<(), WriteError>
     for m in results {
         writeln!(
             w,
-            "{},{},{},{},{},{},{},{:.1},{:.1},{:.4},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{:.4},{},{},{},{},{},{},{},{},{:.3},{},{},{},{:.3},{},{:.3},{},{:.1},{:.3}",
+            "{},{},{},{},{},{},{},{:.1},{:.1},{:.4},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{:.4},{},{},{},{},{},{},{},{},{:.3},{},{},{},{:.3},{},{:.3},{},{:.1},{:.3},{},{},{},{},{},{:.1},{:.1},{:.3},{}",
             m.strategy,
             m.layout,
             m.senders,
@@ -174,7 +174,16 @@ pub fn write_csv(path: &Path, results: &[Measurement]) -> Result<(), WriteError>
             m.mean_ms,
             m.background_flows,
             m.background_mbps,
-            m.machine_cpu_busy
+            m.machine_cpu_busy,
+            m.hedges_won,
+            m.hedges_spurious,
+            m.budget_min,
+            m.budget_max,
+            m.delay_samples,
+            m.delay_mean_us,
+            m.delay_max_us,
+            m.admission_wait_ms,
+            m.batch
         )
         .map_err(&e)?;
     }
@@ -184,7 +193,7 @@ pub fn write_csv(path: &Path, results: &[Measurement]) -> Result<(), WriteError>
 /// Header of the table.
 pub fn table_header() -> String {
     format!(
-        "{:<10} {:>5} {:>3} {:>9} {:>9} {:>9} {:>6} {:>8} {:>8} {:>8} {:>8} {:>7} {:>6} {:>8} {:>6} {:>6} {:>6} {:>7} {:>5} {:>7}",
+        "{:<10} {:>5} {:>3} {:>9} {:>9} {:>9} {:>6} {:>8} {:>8} {:>8} {:>8} {:>7} {:>6} {:>8} {:>6} {:>6} {:>9} {:>6} {:>7} {:>5} {:>7} {:>11} {:>7}",
         "strategy",
         "N",
         "R",
@@ -201,10 +210,13 @@ pub fn table_header() -> String {
         "RTO-free",
         "drops",
         "hedges",
+        "won/spur",
         "QUIC-l",
         "CPU/GiB",
         "busy",
-        "bg Mb/s"
+        "bg Mb/s",
+        "budget KiB",
+        "wait ms"
     )
 }
 
@@ -236,8 +248,13 @@ pub fn table_row(m: &Measurement) -> String {
     } else {
         "-".to_owned()
     };
+    let budget = if m.budget_max > 0 {
+        format!("{}-{}", m.budget_min >> 10, m.budget_max >> 10)
+    } else {
+        "-".to_owned()
+    };
     format!(
-        "{:<10} {:>5} {:>3} {:>9} {:>9} {:>9.1} {:>5.1}% {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>7.2} {:>6} {:>7.1}% {:>6} {:>6} {:>6} {:>6.2}s {:>4.0}% {:>7}{failed}",
+        "{:<10} {:>5} {:>3} {:>9} {:>9} {:>9.1} {:>5.1}% {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>7.2} {:>6} {:>7.1}% {:>6} {:>6} {:>9} {:>6} {:>6.2}s {:>4.0}% {:>7} {:>11} {:>7.2}{failed}",
         m.strategy,
         m.senders,
         m.concurrency,
@@ -254,10 +271,13 @@ pub fn table_row(m: &Measurement) -> String {
         m.rto_free_fraction * 100.0,
         drops,
         m.hedges,
+        format!("{}/{}", m.hedges_won, m.hedges_spurious),
         quic_losses,
         m.cpu_s_per_gib,
         m.machine_cpu_busy * 100.0,
-        bg
+        bg,
+        budget,
+        m.admission_wait_ms
     )
 }
 

@@ -111,6 +111,9 @@ pub struct RunSpec {
     pub concurrency: usize,
     /// Bulk senders to stream from during the configuration (background flows).
     pub background: Vec<SocketAddr>,
+    /// Reads in batches of `concurrency` started together, the next batch when the last read
+    /// of this one ends (a partition-aggregate query); else closed loop.
+    pub batch: bool,
 }
 
 /// The result of one configuration, one JSON line.
@@ -175,6 +178,29 @@ pub struct Measurement {
     pub retransmits: u64,
     /// Hedges the scheduler fired.
     pub hedges: u64,
+    /// Hedges whose replacement was confirmed before the stalled original.
+    pub hedges_won: u64,
+    /// Hedges whose original still completed first (the stall was not one).
+    pub hedges_spurious: u64,
+    /// Smallest client-wide budget seen during the reads, bytes (`default`, `quic`,
+    /// `fallback`; 0 otherwise).
+    pub budget_min: u64,
+    /// Largest client-wide budget seen during the reads, bytes.
+    pub budget_max: u64,
+    /// Queueing-delay samples (clean first-byte times above the base RTT).
+    pub delay_samples: u64,
+    /// Their mean, microseconds.
+    pub delay_mean_us: f64,
+    /// Their largest, microseconds.
+    pub delay_max_us: f64,
+    /// Mean time a read waited for the port (no grant outstanding), ms.
+    pub admission_wait_ms: f64,
+    /// The client-wide receiver's budget decreases during the configuration (warm-up
+    /// included): on queueing delay, on reported loss, on stalls.
+    pub budget_decreases: [u64; 3],
+    /// Whether reads came in batches of `concurrency` started together (else each reader
+    /// starts its next read as its last one ends).
+    pub batch: bool,
     /// Grants (requests) issued.
     pub grants: u64,
     /// Packets the switch port dropped (testbed).
@@ -355,8 +381,11 @@ pub async fn measure(
         sru_bytes: spec.layout.sru(spec.senders),
         block_bytes: spec.layout.block(spec.senders),
         background_flows: spec.background.len(),
+        batch: spec.batch,
+        budget_min: u64::MAX,
         ..Measurement::default()
     });
+    let (delay_sum_us, wait_sum_us) = (std::cell::Cell::new(0f64), std::cell::Cell::new(0u128));
     let bytes = std::cell::Cell::new(0u64);
     let sum_us = std::cell::Cell::new(0u128);
     let on_block = RefCell::new(&mut on_block);
@@ -365,14 +394,13 @@ pub async fn measure(
     let bulk_before = background.bytes();
     let start = Instant::now();
     let end_no = warm + u64::from(spec.blocks);
-    futures_util::future::join_all((0..r).map(|_| async {
-        loop {
-            let no = next.get();
-            if no >= end_no || start.elapsed() > spec.max_time {
-                return;
-            }
-            next.set(no + 1);
-            let s = stripe_of(no);
+    // One measured read: number `no`.
+    let read_one = |no: u64| {
+        let (reader, m, bytes, sum_us, hist, first_corrupt, on_block) =
+            (&reader, &m, &bytes, &sum_us, &hist, &first_corrupt, &on_block);
+        let (delay_sum_us, wait_sum_us) = (&delay_sum_us, &wait_sum_us);
+        let s = stripe_of(no);
+        async move {
             let t = Instant::now();
             let res = reader.read(s.clone()).await;
             let took = t.elapsed();
@@ -395,7 +423,19 @@ pub async fn measure(
                         m.blocks_with_rto += u32::from(r.kernel_rtos > 0);
                         m.retransmits += r.retransmits;
                         m.hedges += r.stats.hedges;
+                        m.hedges_won += r.stats.hedges_won;
+                        m.hedges_spurious += r.stats.hedges_spurious;
                         m.grants += r.stats.grants;
+                        if let Some(p) = r.port {
+                            m.budget_min = m.budget_min.min(p.budget_min);
+                            m.budget_max = m.budget_max.max(p.budget_max);
+                            m.delay_samples += u64::from(p.delay_samples);
+                            delay_sum_us.set(
+                                delay_sum_us.get() + p.delay_mean.as_secs_f64() * 1e6 * f64::from(p.delay_samples),
+                            );
+                            m.delay_max_us = m.delay_max_us.max(p.delay_max.as_secs_f64() * 1e6);
+                            wait_sum_us.set(wait_sum_us.get() + p.admission_wait.as_micros());
+                        }
                     }
                 }
                 Err(e) => {
@@ -406,9 +446,38 @@ pub async fn measure(
             drop(m);
             (on_block.borrow_mut())(1);
         }
-    }))
-    .await;
+    };
+    let take = || {
+        let no = next.get();
+        if no >= end_no || start.elapsed() > spec.max_time {
+            return None;
+        }
+        next.set(no + 1);
+        Some(no)
+    };
+    if spec.batch {
+        // Batches of R reads started together; the next batch when this one has ended.
+        loop {
+            let batch: Vec<u64> = std::iter::from_fn(take).take(r).collect();
+            if batch.is_empty() {
+                break;
+            }
+            futures_util::future::join_all(batch.into_iter().map(read_one)).await;
+        }
+    } else {
+        futures_util::future::join_all((0..r).map(|_| async {
+            while let Some(no) = take() {
+                read_one(no).await;
+            }
+        }))
+        .await;
+    }
     let elapsed = start.elapsed();
+    if let Reader::Library(c, _) = &reader {
+        if let Some(p) = c.port_stats() {
+            m.borrow_mut().budget_decreases = [p.delay_decreases, p.loss_decreases, p.stall_decreases];
+        }
+    }
     let bulk = background.bytes().saturating_sub(bulk_before);
     drop(background);
     let mut m = m.into_inner();
@@ -433,6 +502,13 @@ pub async fn measure(
     let completed = m.blocks - m.failed_blocks;
     if completed > 0 {
         m.mean_ms = sum_us.get() as f64 / f64::from(completed) / 1000.0;
+        m.admission_wait_ms = wait_sum_us.get() as f64 / f64::from(completed) / 1000.0;
+    }
+    if m.delay_samples > 0 {
+        m.delay_mean_us = delay_sum_us.get() / m.delay_samples as f64;
+    }
+    if m.budget_min == u64::MAX {
+        m.budget_min = 0;
     }
     m.p50_ms = ms(hist.value_at_quantile(0.5));
     m.p99_ms = ms(hist.value_at_quantile(0.99));

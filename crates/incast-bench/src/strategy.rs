@@ -10,11 +10,16 @@
 //! | `scheduled` | admission only: K senders, B bytes in flight, whole grants | kernel defaults |
 //! | `chunked` | receiver-driven grants of C bytes under K and B | kernel defaults |
 //! | `hedged` | as naive, plus application-level microsecond RTO hedging | kernel defaults |
-//! | `default` | `Policy::default()` | `ClientConfig::default()` |
+//! | `default` | `Policy::default()` | `ClientConfig::default()`: concurrent reads share one client-wide receiver |
+//! | `per-read` | `Policy::default()` | as default, but every read schedules itself alone (`Sharing::PerRead`, the behaviour before the client-wide receiver) |
 //! | `rto-route` | as naive; the servers' route gets `rto_min 1ms` (testbed only) | kernel defaults |
 //! | `quic` | `Policy::default()` | every request over QUIC (quinn): user-space loss recovery |
 //! | `fallback` | `Policy::default()` | TCP, hedges (and the rest of a stalled server's requests) over QUIC |
 //! | `blocking` | none: the reference client of [`crate::reference`], one thread per fragment | kernel defaults |
+//!
+//! Every strategy but `default`, `quic` and `fallback` schedules each read alone
+//! (`Sharing::PerRead`): the literature's mechanisms are per read, and `naive` must not be
+//! limited by a port budget.
 
 use std::fmt;
 use std::str::FromStr;
@@ -23,7 +28,7 @@ use std::time::Duration;
 use incast_core::policy::{GrantSize, Hedging, WindowCap, DEFAULT_HEDGE_FRACTION, DEFAULT_HEDGE_MIN_BYTES};
 use incast_core::Policy;
 use incast_rpc::quic::QuicClientConfig;
-use incast_rpc::{ClientConfig, SocketTuning, Transport};
+use incast_rpc::{ClientConfig, Sharing, SocketTuning, Transport};
 
 /// The per-route `rto_min` of the `rto-route` reference (1 ms, as in ../shared/TESTBED.md).
 pub const ROUTE_RTO_MIN: Duration = Duration::from_millis(1);
@@ -44,6 +49,8 @@ pub enum Strategy {
     Hedged,
     /// The library's defaults.
     Default,
+    /// The library's defaults, each read scheduled alone.
+    PerRead,
     /// Kernel per-route rto_min, for reference.
     RtoRoute,
     /// The library's defaults over QUIC.
@@ -56,13 +63,14 @@ pub enum Strategy {
 
 impl Strategy {
     /// Every strategy, in table order.
-    pub const ALL: [Strategy; 10] = [
+    pub const ALL: [Strategy; 11] = [
         Strategy::Naive,
         Strategy::Capped,
         Strategy::Scheduled,
         Strategy::Chunked,
         Strategy::Hedged,
         Strategy::Default,
+        Strategy::PerRead,
         Strategy::RtoRoute,
         Strategy::Quic,
         Strategy::Fallback,
@@ -78,6 +86,7 @@ impl Strategy {
             Strategy::Chunked => "chunked",
             Strategy::Hedged => "hedged",
             Strategy::Default => "default",
+            Strategy::PerRead => "per-read",
             Strategy::RtoRoute => "rto-route",
             Strategy::Quic => "quic",
             Strategy::Fallback => "fallback",
@@ -115,6 +124,7 @@ impl Strategy {
                 })
                 .rearm_quickack(false)
                 .read_timeout(read_timeout)
+                .sharing(Sharing::PerRead)
                 .build()
                 .expect("valid client config")
         };
@@ -128,8 +138,9 @@ impl Strategy {
                 .hedging(Hedging::Off)
         };
         let base = || Policy::builder().window_cap(WindowCap::Off).hedging(Hedging::Off);
-        let defaults = |transport| -> Result<_, String> {
+        let defaults = |transport, sharing| -> Result<_, String> {
             let mut b = ClientConfig::builder()
+                .sharing(sharing)
                 .tuning(SocketTuning {
                     congestion: Some(cc.to_owned()),
                     ..SocketTuning::client()
@@ -161,9 +172,13 @@ impl Strategy {
                 })),
                 plain(),
             ),
-            Strategy::Default => (Policy::default(), defaults(Transport::Tcp)?),
-            Strategy::Quic => (Policy::default(), defaults(Transport::Quic)?),
-            Strategy::Fallback => (Policy::default(), defaults(Transport::TcpWithQuicFallback)?),
+            Strategy::Default => (Policy::default(), defaults(Transport::Tcp, Sharing::Port)?),
+            Strategy::PerRead => (Policy::default(), defaults(Transport::Tcp, Sharing::PerRead)?),
+            Strategy::Quic => (Policy::default(), defaults(Transport::Quic, Sharing::Port)?),
+            Strategy::Fallback => (
+                Policy::default(),
+                defaults(Transport::TcpWithQuicFallback, Sharing::Port)?,
+            ),
         })
     }
 }
@@ -207,6 +222,11 @@ mod tests {
         assert_ne!(hedged.hedging(), Hedging::Off);
         let (default, config) = plan(Strategy::Default).unwrap();
         assert_eq!((default, config.transport()), (Policy::default(), Transport::Tcp));
+        assert_eq!(config.sharing(), Sharing::Port);
+        let (_, config) = plan(Strategy::PerRead).unwrap();
+        assert_eq!(config.sharing(), Sharing::PerRead);
+        let (_, config) = plan(Strategy::Naive).unwrap();
+        assert_eq!(config.sharing(), Sharing::PerRead);
         assert!(plan(Strategy::Quic).unwrap_err().contains("quic settings"));
         let cert = incast_rpc::quic::SelfSigned::generate(["localhost"]).unwrap();
         let q = QuicClientConfig::builder(cert.trust().unwrap()).build().unwrap();

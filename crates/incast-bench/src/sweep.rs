@@ -72,6 +72,8 @@ pub struct SweepSpec {
     pub concurrency: Vec<usize>,
     /// Background bulk flows through the port during every configuration.
     pub background: usize,
+    /// Reads in batches of `concurrency` started together (see [`RunSpec::batch`]).
+    pub batch: bool,
     /// Block layouts.
     pub layouts: Vec<Layout>,
     /// Strategies.
@@ -364,6 +366,7 @@ fn client_side(
         quic: quic.clone(),
         concurrency,
         background: Vec::new(),
+        batch: spec.batch,
     };
     // Line rate: one sender streaming, the better of naive and default.
     bar.set_message("line rate (1 sender, 4 MiB blocks)");
@@ -375,7 +378,7 @@ fn client_side(
         if round >= LINE_RATE_ROUNDS && line_rate >= target {
             break;
         }
-        for st in [Strategy::Naive, Strategy::Default] {
+        for st in [Strategy::Naive, Strategy::Default, Strategy::PerRead] {
             let probe = RunSpec {
                 blocks: LINE_RATE_BLOCKS,
                 warmup: 2,
