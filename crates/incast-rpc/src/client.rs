@@ -1,5 +1,7 @@
 //! The client: a connection pool and [`Client::fan_in_read`], which drives the sans-IO
-//! [`Scheduler`] over real sockets.
+//! [`incast_core::Scheduler`] over real sockets; with [`Sharing::Port`] (the default) every
+//! concurrent read's scheduler lives in the client's one [`incast_core::Receiver`] (see the
+//! `port` module).
 //!
 //! # How a read runs
 //!
