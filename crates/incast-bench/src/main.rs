@@ -764,7 +764,28 @@ fn summarize_demo(results: &[run::Measurement]) {
     }
 }
 
+/// Open files this process asks for: the servers run in-process beside the client, and
+/// 1024 senders x 16 concurrent reads hold two sockets per connection (32k descriptors).
+const WANTED_OPEN_FILES: u64 = 1 << 20;
+
+/// Raises the open-file limit: to [`WANTED_OPEN_FILES`] where the process may (root), else
+/// the soft limit to the hard one. Failures leave the limit as it was (a run that then runs
+/// out of descriptors says so in its error).
+fn raise_open_file_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return;
+    };
+    if soft >= WANTED_OPEN_FILES {
+        return;
+    }
+    if setrlimit(Resource::RLIMIT_NOFILE, WANTED_OPEN_FILES, WANTED_OPEN_FILES.max(hard)).is_err() && soft < hard {
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+    }
+}
+
 fn main() -> ExitCode {
+    raise_open_file_limit();
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Model(a) => run_model(a).map_err(CliError::from),
