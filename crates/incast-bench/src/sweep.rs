@@ -143,6 +143,25 @@ pub fn onsets(results: &[Measurement], tb: &crate::testbed::TestbedConfig) -> Ve
 
 /// Measures one configuration, with the testbed's counters around it (and the per-route
 /// `rto_min` for `rto-route`).
+/// The row of a configuration whose warm-up failed: every block counts as failed.
+fn failed_row(run: &RunSpec, error: String) -> Measurement {
+    Measurement {
+        strategy: run.strategy.name().to_owned(),
+        senders: run.senders,
+        concurrency: run.concurrency.max(1),
+        layout: run.layout.to_string(),
+        sru_bytes: run.layout.sru(run.senders),
+        block_bytes: run.layout.block(run.senders),
+        blocks: run.blocks,
+        failed_blocks: run.blocks,
+        background_flows: run.background.len(),
+        batch: run.batch,
+        cc: run.cc.clone(),
+        first_error: Some(error),
+        ..Measurement::default()
+    }
+}
+
 fn measure_one(
     rt: &tokio::runtime::Runtime,
     addrs: &[(ServerId, SocketAddr)],
@@ -412,8 +431,16 @@ fn client_side(
                         background: bulk.clone(),
                         ..base(st, n, layout, r)
                     };
-                    let m = measure_one(&rt, &addrs, &run, testbed.as_deref(), |k| bar.inc(k))?;
-                    let mut m = m;
+                    let mut m = match measure_one(&rt, &addrs, &run, testbed.as_deref(), |k| bar.inc(k)) {
+                        Ok(m) => m,
+                        // A configuration the machine cannot set up (out of descriptors, a
+                        // server that never answers) is a failed row, not the end of the sweep.
+                        Err(SweepError::Run(e @ RunError::Warmup { .. })) => {
+                            bar.inc(u64::from(run.blocks));
+                            failed_row(&run, e.to_string())
+                        }
+                        Err(e) => return Err(e),
+                    };
                     m.set_line_rate(line_rate);
                     let row = table_row(&m);
                     bar.suspend(|| outln!("{row}"));

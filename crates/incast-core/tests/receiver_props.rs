@@ -33,13 +33,8 @@ use incast_core::{
 };
 use proptest::prelude::*;
 
-fn cases() -> u32 {
-    let default = if cfg!(debug_assertions) { 200 } else { 10_000 };
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+mod common;
+use common::cases;
 
 #[derive(Clone, Debug)]
 struct ReadSpec {

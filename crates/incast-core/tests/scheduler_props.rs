@@ -32,13 +32,8 @@ use proptest::prelude::*;
 
 const MAX_FRAGMENT_LEN: u64 = 4 << 20;
 
-fn cases() -> u32 {
-    let default = if cfg!(debug_assertions) { 200 } else { 10_000 };
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+mod common;
+use common::cases;
 
 fn config() -> ProptestConfig {
     ProptestConfig {
