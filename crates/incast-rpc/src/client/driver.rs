@@ -1,69 +1,25 @@
-//! The client: a connection pool and [`Client::fan_in_read`], which drives the sans-IO
-//! [`incast_core::Scheduler`] over real sockets; with [`Sharing::Port`] (the default) every
-//! concurrent read's scheduler lives in the client's one [`incast_core::Receiver`] (see the
-//! `port` module).
-//!
-//! # How a read runs
-//!
-//! One task drives the whole read. It asks the scheduler for grants, writes requests on the
-//! primary or spare connection of each server (connecting on demand, with the socket tuned
-//! before the handshake), then waits on the readiness of every connection with a response
-//! due, on a [`HrTimer`] set to the scheduler's next deadline, and on the read's deadline.
-//! When a connection is readable it parses frames in place: the bytes of a `Data` frame are
-//! read straight into the block at the offset the scheduler gives (one buffer, no copy beyond
-//! the kernel's), the CRC32C is updated on the way, and `End` confirms the grant only if the
-//! checksum matches. Bytes of a cancelled (hedged) request go to a scratch buffer and are
-//! dropped. Why one task and not one per connection: per-connection tasks would need shared
-//! mutable access to the block (or a copy out of their own buffers); a read is bound by the
-//! link, not by one core, and concurrent reads still spread over the runtime's threads.
-//!
-//! # Over QUIC
-//!
-//! With [`Transport::Quic`] every grant, and with [`Transport::TcpWithQuicFallback`] every
-//! hedge (and every later grant to a server that needed one in this read), runs as a request
-//! task on its own QUIC stream instead (see the `quic` module, feature `quic`). The task
-//! parses the response and sends the driver batches of payload over a channel; the driver
-//! copies them into the block, checks the CRC32C and tells the scheduler exactly as for TCP
-//! bytes, so hedging, budgets and the hedge budget work the same over both transports. One
-//! copy is the cost: quinn decrypts into its own buffers, so there is no reading straight into
-//! the block as over TCP.
-//!
-//! # Failure and cancellation
-//!
-//! A connection that closes, resets or sends a malformed frame fails every request on it; the
-//! scheduler retries them on a replica or ends the read with an error naming the server. A
-//! read that passes its deadline ends with [`FanInError::Timeout`] naming the servers it was
-//! still waiting on. Connections go back to the pool only when they are idle and in a clean
-//! state; dropping the future of a read drops its connections, so the client stays usable.
+//! One read over its sockets (and QUIC streams): the [`Driver`] a `fan_in_read` runs.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use incast_core::receiver::{PortReport, ReadOptions, ReceiverConfig, ReceiverStats};
-use incast_core::{Action, Delivery, GrantId, GrantKind, Lane, Policy, ReadError, SchedulerStats};
-use incast_core::{RttEstimator, ServerId, Stripe};
+use incast_core::{Action, Delivery, GrantId, GrantKind, Lane, ServerId, Stripe};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use crate::port::{Port, ReadSched, SharedRead, Sharing};
+use super::{Client, FanInError, FragmentReport, ReadReport, Transport};
+use crate::port::ReadSched;
 use crate::timer::HrTimer;
 use crate::tune::{rearm_quickack, SocketTuning, TuningReport};
 use crate::wire::{self, ErrorCode, Frame, Header, Kind, TcpCounters, WireError, HEADER_LEN};
 
-/// Default deadline of one read (10 s).
-pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(10);
-/// Default connect timeout (2 s).
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// Default largest block a read may allocate (4 GiB).
-pub const DEFAULT_MAX_BLOCK_BYTES: u64 = 4 << 30;
 /// Bytes read per `try_read` into the scratch buffer of a cancelled request.
 const SCRATCH: usize = 64 * 1024;
 /// Capacity of a read's channel of stream events (QUIC payload batches and ends).
@@ -115,524 +71,6 @@ struct StreamGrant {
     task: tokio::task::AbortHandle,
 }
 
-/// Which transport a client's requests take.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Transport {
-    /// Every request over TCP.
-    #[default]
-    Tcp,
-    /// Every request over QUIC (feature `quic`): one stream per request, loss recovery in
-    /// user space. Needs [`ClientConfigBuilder::quic`].
-    #[cfg(feature = "quic")]
-    Quic,
-    /// Requests over TCP; hedges (a grant that stalled past the RTO) over QUIC, so a TCP flow
-    /// waiting for its 200 ms kernel RTO is overtaken in milliseconds. Once a server needed a
-    /// hedge, its other requests of that read go over QUIC too (its TCP connection is stuck
-    /// behind the lost segment). QUIC connections are opened in the background when a read
-    /// starts. Needs [`ClientConfigBuilder::quic`].
-    #[cfg(feature = "quic")]
-    TcpWithQuicFallback,
-}
-
-impl Transport {
-    /// Whether this transport sends anything over QUIC.
-    pub fn uses_quic(self) -> bool {
-        self != Transport::Tcp
-    }
-}
-
-/// Client settings. Build with [`ClientConfig::builder`].
-#[derive(Clone, Debug)]
-pub struct ClientConfig {
-    read_timeout: Duration,
-    connect_timeout: Duration,
-    max_block_bytes: u64,
-    tuning: SocketTuning,
-    rearm_quickack: bool,
-    verify_checksums: bool,
-    transport: Transport,
-    sharing: Sharing,
-    receiver: ReceiverConfig,
-    port_hint: Option<(u64, u64)>,
-    #[cfg(feature = "quic")]
-    quic: Option<crate::quic::QuicClientConfig>,
-}
-
-impl Default for ClientConfig {
-    fn default() -> Self {
-        ClientConfigBuilder::default().build().expect("defaults are valid")
-    }
-}
-
-impl ClientConfig {
-    /// A builder starting from the defaults.
-    pub fn builder() -> ClientConfigBuilder {
-        ClientConfigBuilder::default()
-    }
-    /// Deadline of one read.
-    pub fn read_timeout(&self) -> Duration {
-        self.read_timeout
-    }
-    /// The transport.
-    pub fn transport(&self) -> Transport {
-        self.transport
-    }
-    /// How concurrent reads share the port.
-    pub fn sharing(&self) -> Sharing {
-        self.sharing
-    }
-    /// The client-wide receiver's settings (used with [`Sharing::Port`]).
-    pub fn receiver(&self) -> &ReceiverConfig {
-        &self.receiver
-    }
-}
-
-/// Why a client configuration was refused.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ClientConfigError {
-    /// A value is outside its range.
-    #[error("client config field `{field}` = {value} is out of range: allowed {allowed}")]
-    OutOfRange {
-        /// The field.
-        field: &'static str,
-        /// The value given.
-        value: String,
-        /// The allowed range.
-        allowed: &'static str,
-    },
-    /// The transport uses QUIC but no [`ClientConfigBuilder::quic`] settings were given (there
-    /// is no default trust).
-    #[error("transport {transport:?} needs quic settings: call ClientConfigBuilder::quic")]
-    MissingQuic {
-        /// The transport asked for.
-        transport: Transport,
-    },
-}
-
-/// Builds a [`ClientConfig`].
-#[derive(Clone, Debug)]
-pub struct ClientConfigBuilder {
-    cfg: ClientConfig,
-}
-
-impl Default for ClientConfigBuilder {
-    fn default() -> Self {
-        Self {
-            cfg: ClientConfig {
-                read_timeout: DEFAULT_READ_TIMEOUT,
-                connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-                max_block_bytes: DEFAULT_MAX_BLOCK_BYTES,
-                tuning: SocketTuning::client(),
-                rearm_quickack: true,
-                verify_checksums: true,
-                transport: Transport::Tcp,
-                sharing: Sharing::Port,
-                receiver: ReceiverConfig::default(),
-                port_hint: None,
-                #[cfg(feature = "quic")]
-                quic: None,
-            },
-        }
-    }
-}
-
-impl ClientConfigBuilder {
-    /// Deadline of one read. Default [`DEFAULT_READ_TIMEOUT`]; range 1 ms ..= 1 hour.
-    pub fn read_timeout(mut self, d: Duration) -> Self {
-        self.cfg.read_timeout = d;
-        self
-    }
-    /// Connect timeout. Default [`DEFAULT_CONNECT_TIMEOUT`]; range 1 ms ..= 1 minute.
-    pub fn connect_timeout(mut self, d: Duration) -> Self {
-        self.cfg.connect_timeout = d;
-        self
-    }
-    /// Largest block a read may allocate, bytes. Default [`DEFAULT_MAX_BLOCK_BYTES`]; range
-    /// 1 ..= 2^40.
-    pub fn max_block_bytes(mut self, n: u64) -> Self {
-        self.cfg.max_block_bytes = n;
-        self
-    }
-    /// Socket options of client connections. Default [`SocketTuning::client`]. The policy's
-    /// window cap, when on, overrides `recv_buffer` and `window_clamp`.
-    pub fn tuning(mut self, t: SocketTuning) -> Self {
-        self.cfg.tuning = t;
-        self
-    }
-    /// Re-arm TCP_QUICKACK after every batch of reads on a connection (Linux clears it after
-    /// one ACK). Default on.
-    pub fn rearm_quickack(mut self, on: bool) -> Self {
-        self.cfg.rearm_quickack = on;
-        self
-    }
-    /// Check the CRC32C of every response that carries one. Default on.
-    pub fn verify_checksums(mut self, on: bool) -> Self {
-        self.cfg.verify_checksums = on;
-        self
-    }
-    /// The transport. Default [`Transport::Tcp`].
-    pub fn transport(mut self, t: Transport) -> Self {
-        self.cfg.transport = t;
-        self
-    }
-    /// How concurrent reads share the client's port. Default [`Sharing::Port`]: one
-    /// client-wide receiver.
-    pub fn sharing(mut self, s: Sharing) -> Self {
-        self.cfg.sharing = s;
-        self
-    }
-    /// The client-wide receiver's settings. Default [`ReceiverConfig::default`]: a 64 KiB
-    /// starting budget that adapts to what the reads measure. Replaced by
-    /// [`ClientConfigBuilder::port_hint`] when that is given.
-    pub fn receiver(mut self, r: ReceiverConfig) -> Self {
-        self.cfg.receiver = r;
-        self
-    }
-    /// The rate of the client's port in bits per second and the buffer of the switch port
-    /// in front of it in bytes, if known: the receiver starts from
-    /// [`incast_core::model::recommend`]'s budget ([`ReceiverConfig::for_port`]) instead of
-    /// the default. Default none; rate > 0.
-    pub fn port_hint(mut self, rate_bps: u64, buffer_bytes: u64) -> Self {
-        self.cfg.port_hint = Some((rate_bps, buffer_bytes));
-        self
-    }
-    /// QUIC settings: whom to trust and how to tune connections (feature `quic`). Required by
-    /// the QUIC transports.
-    #[cfg(feature = "quic")]
-    pub fn quic(mut self, q: crate::quic::QuicClientConfig) -> Self {
-        self.cfg.quic = Some(q);
-        self
-    }
-    /// Checks every field.
-    pub fn build(self) -> Result<ClientConfig, ClientConfigError> {
-        let c = &self.cfg;
-        #[cfg(feature = "quic")]
-        if c.transport.uses_quic() && c.quic.is_none() {
-            return Err(ClientConfigError::MissingQuic { transport: c.transport });
-        }
-        let ms = Duration::from_millis(1);
-        let bad = |field, value: String, allowed| Err(ClientConfigError::OutOfRange { field, value, allowed });
-        if c.read_timeout < ms || c.read_timeout > Duration::from_secs(3600) {
-            return bad("read_timeout", format!("{:?}", c.read_timeout), "1 ms..=1 h");
-        }
-        if c.connect_timeout < ms || c.connect_timeout > Duration::from_secs(60) {
-            return bad("connect_timeout", format!("{:?}", c.connect_timeout), "1 ms..=60 s");
-        }
-        if c.max_block_bytes == 0 || c.max_block_bytes > 1 << 40 {
-            return bad("max_block_bytes", c.max_block_bytes.to_string(), "1..=2^40");
-        }
-        let mut cfg = self.cfg;
-        if let Some((rate, buffer)) = cfg.port_hint {
-            cfg.receiver = ReceiverConfig::for_port(rate, buffer).map_err(|e| ClientConfigError::OutOfRange {
-                field: "port_hint",
-                value: format!("{rate} bit/s, {buffer} bytes ({e})"),
-                allowed: "rate > 0",
-            })?;
-        }
-        Ok(cfg)
-    }
-}
-
-/// Why a read failed. Nothing of the block is returned with an error: never a short block.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum FanInError {
-    /// The stripe names a server the client has no address for.
-    #[error("{server} has no address in this client")]
-    UnknownServer {
-        /// The server.
-        server: ServerId,
-    },
-    /// The block is larger than [`ClientConfigBuilder::max_block_bytes`] allows.
-    #[error("block of {len} bytes exceeds this client's limit of {max} bytes")]
-    BlockTooLarge {
-        /// Block length.
-        len: u64,
-        /// The limit.
-        max: u64,
-    },
-    /// A fragment could not be read from any of its servers.
-    #[error("{source}; last cause: {cause}")]
-    Failed {
-        /// The scheduler's verdict, naming the fragment and server.
-        source: ReadError,
-        /// What went wrong on the last failed request, as seen on the wire.
-        cause: String,
-    },
-    /// The read passed its deadline.
-    #[error("read timed out after {after:?}, still waiting on {}", list(waiting_on))]
-    Timeout {
-        /// The deadline.
-        after: Duration,
-        /// Servers with requests outstanding at the deadline.
-        waiting_on: Vec<ServerId>,
-    },
-    /// The high-resolution timer could not be created or armed.
-    #[error("timer: {0}")]
-    Timer(#[source] io::Error),
-    /// QUIC could not be used: a refused certificate, the server's stream limit, a TLS or
-    /// endpoint setup problem. (A lost QUIC connection is retried like a lost TCP one.)
-    #[cfg(feature = "quic")]
-    #[error(transparent)]
-    Quic(#[from] crate::quic::QuicError),
-}
-
-fn list(servers: &[ServerId]) -> String {
-    servers.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
-}
-
-/// What happened to one fragment.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct FragmentReport {
-    /// The server whose bytes were kept last (a replica, if the read moved there).
-    pub server: Option<ServerId>,
-    /// Bytes of the fragment.
-    pub bytes: u64,
-    /// Grants issued for it (chunks, hedges and retries).
-    pub grants: u32,
-    /// Hedges fired for it.
-    pub hedges: u32,
-    /// Time from the start of the read to its first byte.
-    pub first_byte: Option<Duration>,
-    /// Time from the start of the read to its last confirmed byte.
-    pub done: Option<Duration>,
-    /// Kernel RTOs the serving sockets took while serving it (Linux 6.7+ servers).
-    pub kernel_rtos: u32,
-    /// Segments the serving sockets retransmitted while serving it.
-    pub retransmits: u32,
-}
-
-/// What a read did.
-#[derive(Clone, Debug, Default)]
-pub struct ReadReport {
-    /// Wall time of the read, connects included.
-    pub elapsed: Duration,
-    /// One entry per fragment, in stripe order.
-    pub fragments: Vec<FragmentReport>,
-    /// The scheduler's counters.
-    pub stats: SchedulerStats,
-    /// Sum of the fragments' kernel RTOs.
-    pub kernel_rtos: u64,
-    /// Sum of the fragments' retransmits.
-    pub retransmits: u64,
-    /// Connections opened by this read (the rest came from the pool).
-    pub connects: u32,
-    /// Responses whose CRC32C did not match (re-requested).
-    pub checksum_failures: u32,
-    /// Bytes of cancelled requests drained and dropped.
-    pub drained_bytes: u64,
-    /// TCP_QUICKACK re-arms the kernel refused.
-    pub quickack_errors: u64,
-    /// Requests sent over QUIC.
-    pub quic_requests: u32,
-    /// Packets quinn declared lost on the servers' side of the QUIC connections, as the
-    /// servers reported them (counted once per server connection, like `retransmits`).
-    pub quic_lost_packets: u64,
-    /// Loss-recovery episodes (quinn's congestion events) on the servers' side of the QUIC
-    /// connections: QUIC's counterpart of `kernel_rtos`.
-    pub quic_loss_events: u64,
-    /// What the client's port did during the read ([`Sharing::Port`] only): the budget's
-    /// range, queueing-delay samples, time waiting for admission.
-    pub port: Option<PortReport>,
-}
-
-/// A read's result: the block, in one buffer, and the report.
-#[derive(Debug)]
-pub struct ReadOutput {
-    /// The block: every byte of every fragment, in stripe order.
-    pub block: Vec<u8>,
-    /// What happened.
-    pub report: ReadReport,
-}
-
-/// The client: server addresses and a pool of idle connections (a primary and a spare per
-/// server). Cheap to share: wrap it in an `Arc`; concurrent reads use separate connections.
-/// It also carries the RTT estimate from one read to the next, so the application-level RTO
-/// of a read reflects the path's queueing, not the initial RTO or a few empty-queue samples.
-///
-/// ```no_run
-/// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
-/// use incast_core::{Policy, ServerId, Stripe};
-/// use incast_rpc::Client;
-/// let client = Client::new([(ServerId(0), "10.0.0.1:7000".parse()?), (ServerId(1), "10.0.0.2:7000".parse()?)]);
-/// let stripe = Stripe::fixed_block("block-9", &[ServerId(0), ServerId(1)], 1 << 20)?;
-/// let out = client.fan_in_read(&stripe, &Policy::default()).await?;
-/// assert_eq!(out.block.len(), 1 << 20);
-/// # Ok(()) }
-/// ```
-#[derive(Debug)]
-pub struct Client {
-    addrs: HashMap<ServerId, SocketAddr>,
-    config: ClientConfig,
-    #[cfg(feature = "quic")]
-    quic: Option<Arc<crate::quic::QuicClient>>,
-    idle: Mutex<HashMap<(ServerId, Lane), Vec<Conn>>>,
-    last_tuning: Mutex<Option<String>>,
-    reads: AtomicU64,
-    /// RTT estimate carried from read to read (reads alone; the port carries its own).
-    rtt: Mutex<Option<RttEstimator>>,
-    /// The client-wide receiver, with [`Sharing::Port`].
-    port: Option<Arc<Port>>,
-}
-
-impl Client {
-    /// A client for these servers, with the default configuration.
-    pub fn new(addrs: impl IntoIterator<Item = (ServerId, SocketAddr)>) -> Self {
-        Self::with_config(addrs, ClientConfig::default())
-    }
-
-    /// A client for these servers.
-    pub fn with_config(addrs: impl IntoIterator<Item = (ServerId, SocketAddr)>, config: ClientConfig) -> Self {
-        Self {
-            addrs: addrs.into_iter().collect(),
-            #[cfg(feature = "quic")]
-            quic: config
-                .quic
-                .clone()
-                .map(|q| Arc::new(crate::quic::QuicClient::new(q, config.connect_timeout))),
-            port: (config.sharing == Sharing::Port).then(|| Arc::new(Port::new(config.receiver.clone()))),
-            config,
-            idle: Mutex::new(HashMap::new()),
-            last_tuning: Mutex::new(None),
-            rtt: Mutex::new(None),
-            reads: AtomicU64::new(0),
-        }
-    }
-
-    /// The tuning report of the most recent connection this client opened, as text.
-    pub fn tuning_report(&self) -> Option<String> {
-        self.last_tuning.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    /// The UDP socket buffer sizes (receive, send) the kernel granted this client's QUIC
-    /// endpoint, once it exists.
-    #[cfg(feature = "quic")]
-    pub fn quic_udp_buffers(&self) -> Option<(usize, usize)> {
-        self.quic.as_ref().and_then(|q| q.udp_buffers())
-    }
-
-    /// Idle pooled TCP connections.
-    pub fn idle_connections(&self) -> usize {
-        self.idle
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .map(Vec::len)
-            .sum()
-    }
-
-    /// The client-wide receiver's counters (budget, outstanding bytes, measured base RTT and
-    /// rate, decreases), with [`Sharing::Port`].
-    pub fn port_stats(&self) -> Option<ReceiverStats> {
-        self.port.as_ref().map(|p| p.stats())
-    }
-
-    /// Reads the block `stripe` describes, under `policy`. Returns the block in one buffer
-    /// and a report, or an error naming what failed; never a short or partial block.
-    /// Concurrent reads of one client share its port ([`Sharing`]).
-    pub async fn fan_in_read(&self, stripe: &Stripe, policy: &Policy) -> Result<ReadOutput, FanInError> {
-        self.fan_in_read_with(stripe, policy, ReadOptions::default()).await
-    }
-
-    /// [`Client::fan_in_read`] with a per-read priority: under [`Sharing::Port`], a read of
-    /// higher priority is served before reads of lower priority that are not yet aged.
-    pub async fn fan_in_read_with(
-        &self,
-        stripe: &Stripe,
-        policy: &Policy,
-        opts: ReadOptions,
-    ) -> Result<ReadOutput, FanInError> {
-        let start = Instant::now();
-        if stripe.block_len() > self.config.max_block_bytes {
-            return Err(FanInError::BlockTooLarge {
-                len: stripe.block_len(),
-                max: self.config.max_block_bytes,
-            });
-        }
-        for f in stripe.fragments() {
-            for s in std::iter::once(f.server()).chain(f.replicas().iter().copied()) {
-                if !self.addrs.contains_key(&s) {
-                    return Err(FanInError::UnknownServer { server: s });
-                }
-            }
-        }
-        let seed = self.reads.fetch_add(1, Ordering::Relaxed) ^ (u64::from(std::process::id()) << 32);
-        #[cfg(feature = "quic")]
-        if let (Transport::TcpWithQuicFallback, Some(q)) = (self.config.transport, &self.quic) {
-            let flow = crate::quic::Flow::of(policy);
-            for s in stripe.fragments().iter().map(|f| f.server()) {
-                q.prewarm(s, self.addrs[&s], flow);
-            }
-        }
-        let (events_tx, events) = mpsc::channel(STREAM_EVENTS);
-        let mut d = Driver {
-            client: self,
-            stripe,
-            sched: match &self.port {
-                Some(port) => ReadSched::Shared(SharedRead::start(port.clone(), start, stripe, policy, seed, opts)),
-                None => ReadSched::own(
-                    stripe,
-                    policy,
-                    seed,
-                    self.rtt.lock().unwrap_or_else(|e| e.into_inner()).clone(),
-                ),
-            },
-            block: vec![0u8; stripe.block_len() as usize],
-            scratch: Vec::new(),
-            conns: Vec::new(),
-            by_lane: HashMap::new(),
-            grant_conn: HashMap::new(),
-            readable: FuturesUnordered::new(),
-            tuning: self.tuning_for(policy),
-            report: ReadReport {
-                fragments: vec![FragmentReport::default(); stripe.len()],
-                ..ReadReport::default()
-            },
-            start,
-            last_cause: String::new(),
-            streams: HashMap::new(),
-            tasks: JoinSet::new(),
-            events,
-            events_tx,
-            #[cfg(feature = "quic")]
-            flow: crate::quic::Flow::of(policy),
-            #[cfg(feature = "quic")]
-            fell_back: Default::default(),
-        };
-        let result = d.run().await;
-        d.report.elapsed = start.elapsed();
-        if let Some(rtt) = d.sched.rtt_to_carry() {
-            *self.rtt.lock().unwrap_or_else(|e| e.into_inner()) = Some(rtt);
-        }
-        (d.report.stats, d.report.port) = d.sched.finish();
-        d.release_connections();
-        result?;
-        Ok(ReadOutput {
-            block: std::mem::take(&mut d.block),
-            report: std::mem::take(&mut d.report),
-        })
-    }
-
-    fn tuning_for(&self, policy: &Policy) -> SocketTuning {
-        let mut t = self.config.tuning.clone();
-        if let Some(cap) = policy.window_cap_bytes() {
-            t.recv_buffer = Some(cap);
-            t.window_clamp = Some(cap);
-        }
-        t
-    }
-
-    fn take_idle(&self, key: (ServerId, Lane)) -> Option<Conn> {
-        self.idle
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_mut(&key)
-            .and_then(Vec::pop)
-    }
-}
-
 #[derive(Debug)]
 struct Inflight {
     req: u64,
@@ -664,7 +102,7 @@ impl Rx {
 }
 
 #[derive(Debug)]
-struct Conn {
+pub(super) struct Conn {
     server: ServerId,
     lane: Lane,
     stream: Arc<TcpStream>,
@@ -679,18 +117,18 @@ struct Conn {
 
 type Ready = Pin<Box<dyn Future<Output = usize> + Send>>;
 
-struct Driver<'a> {
+pub(super) struct Driver<'a> {
     client: &'a Client,
     stripe: &'a Stripe,
-    sched: ReadSched,
-    block: Vec<u8>,
+    pub(super) sched: ReadSched,
+    pub(super) block: Vec<u8>,
     scratch: Vec<u8>,
     conns: Vec<Conn>,
     by_lane: HashMap<(ServerId, Lane), usize>,
     grant_conn: HashMap<GrantId, usize>,
     readable: FuturesUnordered<Ready>,
     tuning: SocketTuning,
-    report: ReadReport,
+    pub(super) report: ReadReport,
     start: Instant,
     last_cause: String,
     /// Requests running as tasks (QUIC streams), by grant.
@@ -715,8 +153,46 @@ enum Outcome {
     Broken(String),
 }
 
-impl Driver<'_> {
-    async fn run(&mut self) -> Result<(), FanInError> {
+impl<'a> Driver<'a> {
+    /// The driver of one read of `stripe` by `client`, scheduled by `sched`.
+    pub(super) fn new(
+        client: &'a Client,
+        stripe: &'a Stripe,
+        #[cfg_attr(not(feature = "quic"), allow(unused_variables))] policy: &incast_core::Policy,
+        sched: ReadSched,
+        tuning: SocketTuning,
+        start: Instant,
+    ) -> Self {
+        let (events_tx, events) = mpsc::channel(STREAM_EVENTS);
+        Driver {
+            client,
+            stripe,
+            sched,
+            block: vec![0u8; stripe.block_len() as usize],
+            scratch: Vec::new(),
+            conns: Vec::new(),
+            by_lane: HashMap::new(),
+            grant_conn: HashMap::new(),
+            readable: FuturesUnordered::new(),
+            tuning,
+            report: ReadReport {
+                fragments: vec![FragmentReport::default(); stripe.len()],
+                ..ReadReport::default()
+            },
+            start,
+            last_cause: String::new(),
+            streams: HashMap::new(),
+            tasks: JoinSet::new(),
+            events,
+            events_tx,
+            #[cfg(feature = "quic")]
+            flow: crate::quic::Flow::of(policy),
+            #[cfg(feature = "quic")]
+            fell_back: Default::default(),
+        }
+    }
+
+    pub(super) async fn run(&mut self) -> Result<(), FanInError> {
         let mut timer = HrTimer::new().map_err(FanInError::Timer)?;
         let deadline = self.start + self.client.config.read_timeout;
         let overall = tokio::time::sleep_until(deadline.into());
@@ -1317,7 +793,7 @@ impl Driver<'_> {
     }
 
     /// Returns clean, idle connections to the pool; drops the rest.
-    fn release_connections(&mut self) {
+    pub(super) fn release_connections(&mut self) {
         let mut idle = self.client.idle.lock().unwrap_or_else(|e| e.into_inner());
         for c in self.conns.drain(..) {
             let clean = matches!(c.rx, Rx::Header { have: 0, .. });

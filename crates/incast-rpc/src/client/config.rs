@@ -1,0 +1,235 @@
+//! Client settings: [`ClientConfig`] and its validated builder.
+
+use std::time::Duration;
+
+use incast_core::receiver::ReceiverConfig;
+
+use crate::port::Sharing;
+use crate::tune::SocketTuning;
+
+/// Default deadline of one read (10 s).
+pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default connect timeout (2 s).
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Default largest block a read may allocate (4 GiB).
+pub const DEFAULT_MAX_BLOCK_BYTES: u64 = 4 << 30;
+
+/// Which transport a client's requests take.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Transport {
+    /// Every request over TCP.
+    #[default]
+    Tcp,
+    /// Every request over QUIC (feature `quic`): one stream per request, loss recovery in
+    /// user space. Needs [`ClientConfigBuilder::quic`].
+    #[cfg(feature = "quic")]
+    Quic,
+    /// Requests over TCP; hedges (a grant that stalled past the RTO) over QUIC, so a TCP flow
+    /// waiting for its 200 ms kernel RTO is overtaken in milliseconds. Once a server needed a
+    /// hedge, its other requests of that read go over QUIC too (its TCP connection is stuck
+    /// behind the lost segment). QUIC connections are opened in the background when a read
+    /// starts. Needs [`ClientConfigBuilder::quic`].
+    #[cfg(feature = "quic")]
+    TcpWithQuicFallback,
+}
+
+impl Transport {
+    /// Whether this transport sends anything over QUIC.
+    pub fn uses_quic(self) -> bool {
+        self != Transport::Tcp
+    }
+}
+
+/// Client settings. Build with [`ClientConfig::builder`].
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    pub(super) read_timeout: Duration,
+    pub(super) connect_timeout: Duration,
+    pub(super) max_block_bytes: u64,
+    pub(super) tuning: SocketTuning,
+    pub(super) rearm_quickack: bool,
+    pub(super) verify_checksums: bool,
+    pub(super) transport: Transport,
+    pub(super) sharing: Sharing,
+    pub(super) receiver: ReceiverConfig,
+    pub(super) port_hint: Option<(u64, u64)>,
+    #[cfg(feature = "quic")]
+    pub(super) quic: Option<crate::quic::QuicClientConfig>,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfigBuilder::default().build().expect("defaults are valid")
+    }
+}
+
+impl ClientConfig {
+    /// A builder starting from the defaults.
+    pub fn builder() -> ClientConfigBuilder {
+        ClientConfigBuilder::default()
+    }
+    /// Deadline of one read.
+    pub fn read_timeout(&self) -> Duration {
+        self.read_timeout
+    }
+    /// The transport.
+    pub fn transport(&self) -> Transport {
+        self.transport
+    }
+    /// How concurrent reads share the port.
+    pub fn sharing(&self) -> Sharing {
+        self.sharing
+    }
+    /// The client-wide receiver's settings (used with [`Sharing::Port`]).
+    pub fn receiver(&self) -> &ReceiverConfig {
+        &self.receiver
+    }
+}
+
+/// Why a client configuration was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientConfigError {
+    /// A value is outside its range.
+    #[error("client config field `{field}` = {value} is out of range: allowed {allowed}")]
+    OutOfRange {
+        /// The field.
+        field: &'static str,
+        /// The value given.
+        value: String,
+        /// The allowed range.
+        allowed: &'static str,
+    },
+    /// The transport uses QUIC but no [`ClientConfigBuilder::quic`] settings were given (there
+    /// is no default trust).
+    #[error("transport {transport:?} needs quic settings: call ClientConfigBuilder::quic")]
+    MissingQuic {
+        /// The transport asked for.
+        transport: Transport,
+    },
+}
+
+/// Builds a [`ClientConfig`].
+#[derive(Clone, Debug)]
+pub struct ClientConfigBuilder {
+    cfg: ClientConfig,
+}
+
+impl Default for ClientConfigBuilder {
+    fn default() -> Self {
+        Self {
+            cfg: ClientConfig {
+                read_timeout: DEFAULT_READ_TIMEOUT,
+                connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+                max_block_bytes: DEFAULT_MAX_BLOCK_BYTES,
+                tuning: SocketTuning::client(),
+                rearm_quickack: true,
+                verify_checksums: true,
+                transport: Transport::Tcp,
+                sharing: Sharing::Port,
+                receiver: ReceiverConfig::default(),
+                port_hint: None,
+                #[cfg(feature = "quic")]
+                quic: None,
+            },
+        }
+    }
+}
+
+impl ClientConfigBuilder {
+    /// Deadline of one read. Default [`DEFAULT_READ_TIMEOUT`]; range 1 ms ..= 1 hour.
+    pub fn read_timeout(mut self, d: Duration) -> Self {
+        self.cfg.read_timeout = d;
+        self
+    }
+    /// Connect timeout. Default [`DEFAULT_CONNECT_TIMEOUT`]; range 1 ms ..= 1 minute.
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.cfg.connect_timeout = d;
+        self
+    }
+    /// Largest block a read may allocate, bytes. Default [`DEFAULT_MAX_BLOCK_BYTES`]; range
+    /// 1 ..= 2^40.
+    pub fn max_block_bytes(mut self, n: u64) -> Self {
+        self.cfg.max_block_bytes = n;
+        self
+    }
+    /// Socket options of client connections. Default [`SocketTuning::client`]. The policy's
+    /// window cap, when on, overrides `recv_buffer` and `window_clamp`.
+    pub fn tuning(mut self, t: SocketTuning) -> Self {
+        self.cfg.tuning = t;
+        self
+    }
+    /// Re-arm TCP_QUICKACK after every batch of reads on a connection (Linux clears it after
+    /// one ACK). Default on.
+    pub fn rearm_quickack(mut self, on: bool) -> Self {
+        self.cfg.rearm_quickack = on;
+        self
+    }
+    /// Check the CRC32C of every response that carries one. Default on.
+    pub fn verify_checksums(mut self, on: bool) -> Self {
+        self.cfg.verify_checksums = on;
+        self
+    }
+    /// The transport. Default [`Transport::Tcp`].
+    pub fn transport(mut self, t: Transport) -> Self {
+        self.cfg.transport = t;
+        self
+    }
+    /// How concurrent reads share the client's port. Default [`Sharing::Port`]: one
+    /// client-wide receiver.
+    pub fn sharing(mut self, s: Sharing) -> Self {
+        self.cfg.sharing = s;
+        self
+    }
+    /// The client-wide receiver's settings. Default [`ReceiverConfig::default`]: a 64 KiB
+    /// starting budget that adapts to what the reads measure. Replaced by
+    /// [`ClientConfigBuilder::port_hint`] when that is given.
+    pub fn receiver(mut self, r: ReceiverConfig) -> Self {
+        self.cfg.receiver = r;
+        self
+    }
+    /// The rate of the client's port in bits per second and the buffer of the switch port
+    /// in front of it in bytes, if known: the receiver starts from
+    /// [`incast_core::model::recommend`]'s budget ([`ReceiverConfig::for_port`]) instead of
+    /// the default. Default none; rate > 0.
+    pub fn port_hint(mut self, rate_bps: u64, buffer_bytes: u64) -> Self {
+        self.cfg.port_hint = Some((rate_bps, buffer_bytes));
+        self
+    }
+    /// QUIC settings: whom to trust and how to tune connections (feature `quic`). Required by
+    /// the QUIC transports.
+    #[cfg(feature = "quic")]
+    pub fn quic(mut self, q: crate::quic::QuicClientConfig) -> Self {
+        self.cfg.quic = Some(q);
+        self
+    }
+    /// Checks every field.
+    pub fn build(self) -> Result<ClientConfig, ClientConfigError> {
+        let c = &self.cfg;
+        #[cfg(feature = "quic")]
+        if c.transport.uses_quic() && c.quic.is_none() {
+            return Err(ClientConfigError::MissingQuic { transport: c.transport });
+        }
+        let ms = Duration::from_millis(1);
+        let bad = |field, value: String, allowed| Err(ClientConfigError::OutOfRange { field, value, allowed });
+        if c.read_timeout < ms || c.read_timeout > Duration::from_secs(3600) {
+            return bad("read_timeout", format!("{:?}", c.read_timeout), "1 ms..=1 h");
+        }
+        if c.connect_timeout < ms || c.connect_timeout > Duration::from_secs(60) {
+            return bad("connect_timeout", format!("{:?}", c.connect_timeout), "1 ms..=60 s");
+        }
+        if c.max_block_bytes == 0 || c.max_block_bytes > 1 << 40 {
+            return bad("max_block_bytes", c.max_block_bytes.to_string(), "1..=2^40");
+        }
+        let mut cfg = self.cfg;
+        if let Some((rate, buffer)) = cfg.port_hint {
+            cfg.receiver = ReceiverConfig::for_port(rate, buffer).map_err(|e| ClientConfigError::OutOfRange {
+                field: "port_hint",
+                value: format!("{rate} bit/s, {buffer} bytes ({e})"),
+                allowed: "rate > 0",
+            })?;
+        }
+        Ok(cfg)
+    }
+}

@@ -1,0 +1,230 @@
+//! The client: a connection pool and [`Client::fan_in_read`], which drives the sans-IO
+//! [`incast_core::Scheduler`] over real sockets; with [`Sharing::Port`] (the default) every
+//! concurrent read's scheduler lives in the client's one [`incast_core::Receiver`] (see the
+//! `port` module).
+//!
+//! # How a read runs
+//!
+//! One task drives the whole read. It asks the scheduler for grants, writes requests on the
+//! primary or spare connection of each server (connecting on demand, with the socket tuned
+//! before the handshake), then waits on the readiness of every connection with a response
+//! due, on a [`crate::HrTimer`] set to the scheduler's next deadline, and on the read's deadline.
+//! When a connection is readable it parses frames in place: the bytes of a `Data` frame are
+//! read straight into the block at the offset the scheduler gives (one buffer, no copy beyond
+//! the kernel's), the CRC32C is updated on the way, and `End` confirms the grant only if the
+//! checksum matches. Bytes of a cancelled (hedged) request go to a scratch buffer and are
+//! dropped. Why one task and not one per connection: per-connection tasks would need shared
+//! mutable access to the block (or a copy out of their own buffers); a read is bound by the
+//! link, not by one core, and concurrent reads still spread over the runtime's threads.
+//!
+//! # Over QUIC
+//!
+//! With [`Transport::Quic`] every grant, and with [`Transport::TcpWithQuicFallback`] every
+//! hedge (and every later grant to a server that needed one in this read), runs as a request
+//! task on its own QUIC stream instead (see the `quic` module, feature `quic`). The task
+//! parses the response and sends the driver batches of payload over a channel; the driver
+//! copies them into the block, checks the CRC32C and tells the scheduler exactly as for TCP
+//! bytes, so hedging, budgets and the hedge budget work the same over both transports. One
+//! copy is the cost: quinn decrypts into its own buffers, so there is no reading straight into
+//! the block as over TCP.
+//!
+//! # Failure and cancellation
+//!
+//! A connection that closes, resets or sends a malformed frame fails every request on it; the
+//! scheduler retries them on a replica or ends the read with an error naming the server. A
+//! read that passes its deadline ends with [`FanInError::Timeout`] naming the servers it was
+//! still waiting on. Connections go back to the pool only when they are idle and in a clean
+//! state; dropping the future of a read drops its connections, so the client stays usable.
+//!
+//! # Layout
+//!
+//! Split along the lines the client-wide receiver draws (quinn's endpoint / connection, tower's
+//! folder per concern): `config` (settings and their builder), `report` (what a read returns
+//! and why it fails), this module (the pool and `fan_in_read`), `driver` (one read over its
+//! sockets and QUIC streams), and the crate's `port` module (the reads' shared receiver).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use incast_core::receiver::{ReadOptions, ReceiverStats};
+use incast_core::{Lane, Policy, RttEstimator, ServerId, Stripe};
+
+use crate::port::{Port, ReadSched, SharedRead, Sharing};
+use crate::tune::SocketTuning;
+
+mod config;
+mod driver;
+mod report;
+
+pub use config::{
+    ClientConfig, ClientConfigBuilder, ClientConfigError, Transport, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_BLOCK_BYTES,
+    DEFAULT_READ_TIMEOUT,
+};
+use driver::{Conn, Driver};
+#[cfg(feature = "quic")]
+pub(crate) use driver::{StreamEvent, StreamEventKind};
+pub use report::{FanInError, FragmentReport, ReadOutput, ReadReport};
+
+/// The client: server addresses and a pool of idle connections (a primary and a spare per
+/// server). Cheap to share: wrap it in an `Arc`; concurrent reads use separate connections.
+/// It also carries the RTT estimate from one read to the next, so the application-level RTO
+/// of a read reflects the path's queueing, not the initial RTO or a few empty-queue samples.
+///
+/// ```no_run
+/// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+/// use incast_core::{Policy, ServerId, Stripe};
+/// use incast_rpc::Client;
+/// let client = Client::new([(ServerId(0), "10.0.0.1:7000".parse()?), (ServerId(1), "10.0.0.2:7000".parse()?)]);
+/// let stripe = Stripe::fixed_block("block-9", &[ServerId(0), ServerId(1)], 1 << 20)?;
+/// let out = client.fan_in_read(&stripe, &Policy::default()).await?;
+/// assert_eq!(out.block.len(), 1 << 20);
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Client {
+    addrs: HashMap<ServerId, SocketAddr>,
+    config: ClientConfig,
+    #[cfg(feature = "quic")]
+    quic: Option<Arc<crate::quic::QuicClient>>,
+    idle: Mutex<HashMap<(ServerId, Lane), Vec<Conn>>>,
+    last_tuning: Mutex<Option<String>>,
+    reads: AtomicU64,
+    /// RTT estimate carried from read to read (reads alone; the port carries its own).
+    rtt: Mutex<Option<RttEstimator>>,
+    /// The client-wide receiver, with [`Sharing::Port`].
+    port: Option<Arc<Port>>,
+}
+
+impl Client {
+    /// A client for these servers, with the default configuration.
+    pub fn new(addrs: impl IntoIterator<Item = (ServerId, SocketAddr)>) -> Self {
+        Self::with_config(addrs, ClientConfig::default())
+    }
+
+    /// A client for these servers.
+    pub fn with_config(addrs: impl IntoIterator<Item = (ServerId, SocketAddr)>, config: ClientConfig) -> Self {
+        Self {
+            addrs: addrs.into_iter().collect(),
+            #[cfg(feature = "quic")]
+            quic: config
+                .quic
+                .clone()
+                .map(|q| Arc::new(crate::quic::QuicClient::new(q, config.connect_timeout))),
+            port: (config.sharing == Sharing::Port).then(|| Arc::new(Port::new(config.receiver.clone()))),
+            config,
+            idle: Mutex::new(HashMap::new()),
+            last_tuning: Mutex::new(None),
+            rtt: Mutex::new(None),
+            reads: AtomicU64::new(0),
+        }
+    }
+
+    /// The tuning report of the most recent connection this client opened, as text.
+    pub fn tuning_report(&self) -> Option<String> {
+        self.last_tuning.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The UDP socket buffer sizes (receive, send) the kernel granted this client's QUIC
+    /// endpoint, once it exists.
+    #[cfg(feature = "quic")]
+    pub fn quic_udp_buffers(&self) -> Option<(usize, usize)> {
+        self.quic.as_ref().and_then(|q| q.udp_buffers())
+    }
+
+    /// Idle pooled TCP connections.
+    pub fn idle_connections(&self) -> usize {
+        self.idle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .map(Vec::len)
+            .sum()
+    }
+
+    /// The client-wide receiver's counters (budget, outstanding bytes, measured base RTT and
+    /// rate, decreases), with [`Sharing::Port`].
+    pub fn port_stats(&self) -> Option<ReceiverStats> {
+        self.port.as_ref().map(|p| p.stats())
+    }
+
+    /// Reads the block `stripe` describes, under `policy`. Returns the block in one buffer
+    /// and a report, or an error naming what failed; never a short or partial block.
+    /// Concurrent reads of one client share its port ([`Sharing`]).
+    pub async fn fan_in_read(&self, stripe: &Stripe, policy: &Policy) -> Result<ReadOutput, FanInError> {
+        self.fan_in_read_with(stripe, policy, ReadOptions::default()).await
+    }
+
+    /// [`Client::fan_in_read`] with a per-read priority: under [`Sharing::Port`], a read of
+    /// higher priority is served before reads of lower priority that are not yet aged.
+    pub async fn fan_in_read_with(
+        &self,
+        stripe: &Stripe,
+        policy: &Policy,
+        opts: ReadOptions,
+    ) -> Result<ReadOutput, FanInError> {
+        let start = Instant::now();
+        if stripe.block_len() > self.config.max_block_bytes {
+            return Err(FanInError::BlockTooLarge {
+                len: stripe.block_len(),
+                max: self.config.max_block_bytes,
+            });
+        }
+        for f in stripe.fragments() {
+            for s in std::iter::once(f.server()).chain(f.replicas().iter().copied()) {
+                if !self.addrs.contains_key(&s) {
+                    return Err(FanInError::UnknownServer { server: s });
+                }
+            }
+        }
+        let seed = self.reads.fetch_add(1, Ordering::Relaxed) ^ (u64::from(std::process::id()) << 32);
+        #[cfg(feature = "quic")]
+        if let (Transport::TcpWithQuicFallback, Some(q)) = (self.config.transport, &self.quic) {
+            let flow = crate::quic::Flow::of(policy);
+            for s in stripe.fragments().iter().map(|f| f.server()) {
+                q.prewarm(s, self.addrs[&s], flow);
+            }
+        }
+        let sched = match &self.port {
+            Some(port) => ReadSched::Shared(SharedRead::start(port.clone(), start, stripe, policy, seed, opts)),
+            None => ReadSched::own(
+                stripe,
+                policy,
+                seed,
+                self.rtt.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            ),
+        };
+        let mut d = Driver::new(self, stripe, policy, sched, self.tuning_for(policy), start);
+        let result = d.run().await;
+        d.report.elapsed = start.elapsed();
+        if let Some(rtt) = d.sched.rtt_to_carry() {
+            *self.rtt.lock().unwrap_or_else(|e| e.into_inner()) = Some(rtt);
+        }
+        (d.report.stats, d.report.port) = d.sched.finish();
+        d.release_connections();
+        result?;
+        Ok(ReadOutput {
+            block: std::mem::take(&mut d.block),
+            report: std::mem::take(&mut d.report),
+        })
+    }
+
+    fn tuning_for(&self, policy: &Policy) -> SocketTuning {
+        let mut t = self.config.tuning.clone();
+        if let Some(cap) = policy.window_cap_bytes() {
+            t.recv_buffer = Some(cap);
+            t.window_clamp = Some(cap);
+        }
+        t
+    }
+
+    fn take_idle(&self, key: (ServerId, Lane)) -> Option<Conn> {
+        self.idle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(&key)
+            .and_then(Vec::pop)
+    }
+}
