@@ -195,6 +195,8 @@ pub struct Measurement {
     pub delay_max_us: f64,
     /// Mean time a read waited for the port (no grant outstanding), ms.
     pub admission_wait_ms: f64,
+    /// Mean time a read had grants outstanding (transferring), ms.
+    pub transfer_ms: f64,
     /// The client-wide receiver's budget decreases during the configuration (warm-up
     /// included): on queueing delay, on reported loss, on stalls.
     pub budget_decreases: [u64; 3],
@@ -386,6 +388,7 @@ pub async fn measure(
         ..Measurement::default()
     });
     let (delay_sum_us, wait_sum_us) = (std::cell::Cell::new(0f64), std::cell::Cell::new(0u128));
+    let transfer_sum_us = std::cell::Cell::new(0u128);
     let bytes = std::cell::Cell::new(0u64);
     let sum_us = std::cell::Cell::new(0u128);
     let on_block = RefCell::new(&mut on_block);
@@ -398,7 +401,7 @@ pub async fn measure(
     let read_one = |no: u64| {
         let (reader, m, bytes, sum_us, hist, first_corrupt, on_block) =
             (&reader, &m, &bytes, &sum_us, &hist, &first_corrupt, &on_block);
-        let (delay_sum_us, wait_sum_us) = (&delay_sum_us, &wait_sum_us);
+        let (delay_sum_us, wait_sum_us, transfer_sum_us) = (&delay_sum_us, &wait_sum_us, &transfer_sum_us);
         let s = stripe_of(no);
         async move {
             let t = Instant::now();
@@ -435,6 +438,7 @@ pub async fn measure(
                             );
                             m.delay_max_us = m.delay_max_us.max(p.delay_max.as_secs_f64() * 1e6);
                             wait_sum_us.set(wait_sum_us.get() + p.admission_wait.as_micros());
+                            transfer_sum_us.set(transfer_sum_us.get() + p.transfer.as_micros());
                         }
                     }
                 }
@@ -503,6 +507,7 @@ pub async fn measure(
     if completed > 0 {
         m.mean_ms = sum_us.get() as f64 / f64::from(completed) / 1000.0;
         m.admission_wait_ms = wait_sum_us.get() as f64 / f64::from(completed) / 1000.0;
+        m.transfer_ms = transfer_sum_us.get() as f64 / f64::from(completed) / 1000.0;
     }
     if m.delay_samples > 0 {
         m.delay_mean_us = delay_sum_us.get() / m.delay_samples as f64;

@@ -427,6 +427,9 @@ pub struct PortReport {
     /// Time the read had no grant outstanding while unfinished: waiting for the port (its
     /// turn, the budget or the sender cap).
     pub admission_wait: Duration,
+    /// Time the read had grants outstanding: transferring (or waiting on its servers).
+    /// Admission wait plus transfer is the read's time at the port, up to its last event.
+    pub transfer: Duration,
     /// Whether the read was aged before it ended.
     pub aged: bool,
 }
@@ -486,6 +489,7 @@ struct ReadState {
     spurious: u64,
     won: u64,
     waiting_since: Option<Instant>,
+    active_since: Option<Instant>,
     port: PortReport,
     delay_sum: Duration,
 }
@@ -641,6 +645,7 @@ impl Receiver {
             spurious: 0,
             won: 0,
             waiting_since: Some(now),
+            active_since: None,
             port: PortReport {
                 budget_min: self.budget,
                 budget_max: self.budget,
@@ -1063,15 +1068,24 @@ impl Receiver {
         r.stalls = st.stalls;
         let has_cancels = r.sched.has_cancels();
         let has_urgent = r.sched.has_urgent();
-        // Admission wait: time with nothing outstanding while unfinished.
-        let idle = r.sched.live_grants() == 0 && !r.sched.is_finished();
-        match (r.waiting_since, idle) {
-            (None, true) => r.waiting_since = Some(now),
-            (Some(t), false) => {
-                r.port.admission_wait += now.saturating_duration_since(t);
-                r.waiting_since = None;
-            }
-            _ => {}
+        // Admission wait: time with nothing outstanding while unfinished; transfer: time
+        // with something outstanding.
+        let finished = r.sched.is_finished();
+        let idle = r.sched.live_grants() == 0 && !finished;
+        let active = r.sched.live_grants() > 0 && !finished;
+        if let Some(t) = r.waiting_since.filter(|_| !idle) {
+            r.port.admission_wait += now.saturating_duration_since(t);
+            r.waiting_since = None;
+        }
+        if let Some(t) = r.active_since.filter(|_| !active) {
+            r.port.transfer += now.saturating_duration_since(t);
+            r.active_since = None;
+        }
+        if idle && r.waiting_since.is_none() {
+            r.waiting_since = Some(now);
+        }
+        if active && r.active_since.is_none() {
+            r.active_since = Some(now);
         }
         r.port.budget_min = r.port.budget_min.min(budget);
         r.port.budget_max = r.port.budget_max.max(budget);
@@ -1229,6 +1243,31 @@ mod tests {
     fn finish(rx: &mut Receiver, now: Instant, k: ReadKey, g: &crate::Grant) {
         rx.on_bytes(now, k, g.id, g.len).unwrap();
         rx.on_done(now, k, g.id).unwrap();
+    }
+
+    #[test]
+    fn the_report_splits_admission_wait_from_transfer() {
+        let cfg = ReceiverConfig::builder()
+            .adaptive(false)
+            .min_budget(16 * 1024)
+            .initial_budget(16 * 1024)
+            .build()
+            .unwrap();
+        let mut rx = Receiver::new(cfg);
+        let t = Instant::now();
+        let stripe = Stripe::fixed_block("x", &servers(1), 16 * 1024).unwrap();
+        let a = rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
+        let b = rx.start_read(t, &stripe, &Policy::default(), 2, ReadOptions::default());
+        let g = requests(&mut rx, t);
+        assert_eq!(g.len(), 1, "one 16 KiB grant fills the budget");
+        let ms = Duration::from_millis(1);
+        finish(&mut rx, t + ms, g[0].0, &g[0].1);
+        let g = requests(&mut rx, t + ms);
+        assert_eq!(g.len(), 1);
+        finish(&mut rx, t + 3 * ms, g[0].0, &g[0].1);
+        let (ra, rb) = (rx.finish_read(a).unwrap().port, rx.finish_read(b).unwrap().port);
+        assert_eq!((ra.admission_wait, ra.transfer), (Duration::ZERO, ms));
+        assert_eq!((rb.admission_wait, rb.transfer), (ms, 2 * ms));
     }
 
     #[test]
