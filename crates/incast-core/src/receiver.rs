@@ -15,7 +15,9 @@
 //!   may always go out when nothing is outstanding, so no read can stall on the budget), and
 //!   while at most K servers, over all reads, have grants outstanding. Hedged bytes draw on a
 //!   port-wide token bucket that fills at [`ReceiverConfigBuilder::hedge_fraction`] of the
-//!   bytes granted, so a slow server cannot make every read hedge at once (grafana/loki #4826).
+//!   bytes granted and of the port's measured rate over time, so a slow server cannot make
+//!   every read hedge at once (grafana/loki #4826), while a read stuck on a server that never
+//!   answers still gets its hedge.
 //! - **Shortest remaining read first, with aging.** Grants go to the read with the fewest
 //!   bytes left to receive (SRPT, as Homa serves messages: the mean completion time of a batch
 //!   drops from about N/2 + 1/2 to about N/4 + 1/2 transfer times... in the ideal case the
@@ -553,6 +555,8 @@ pub struct Receiver {
     rate_window: Option<(Instant, u64)>,
     delivered: u64,
     hedge_tokens: u64,
+    /// When the hedge bucket last refilled with time.
+    hedge_refilled: Option<Instant>,
     timeout_scale: u32,
     hold_until: Option<Instant>,
     /// DCTCP's alpha: the smoothed share of responses that saw loss.
@@ -571,6 +575,7 @@ impl Receiver {
         Self {
             budget: config.initial_budget,
             hedge_tokens: config.hedge_burst,
+            hedge_refilled: None,
             timeout_scale: 1,
             hold_until: None,
             alpha: 1.0,
@@ -785,6 +790,7 @@ impl Receiver {
     /// Fires the timers of read `read` due at `now` (stalled grants are hedged within the
     /// port's hedge bucket, or backed off).
     pub fn handle_timeout_of(&mut self, now: Instant, read: ReadKey) -> Result<(), EventError> {
+        self.refill_hedges(now);
         let gate = Gate {
             hedge_room: self.hedge_tokens,
             timeout_scale: self.timeout_scale,
@@ -1026,6 +1032,23 @@ impl Receiver {
                 None => 0,
             },
             timeout_scale: self.timeout_scale,
+        }
+    }
+
+    /// Refills the hedge bucket with time: the hedge fraction of the port's measured rate
+    /// (or its rate hint). Filling it only from granted bytes let one server that never
+    /// answers drain it for good when reads are small: every later read waited for its
+    /// deadline (a CI run of the QUIC fallback test). With time, hedges stay within the
+    /// fraction of the port's capacity, which is the cap's purpose, and a stuck read always
+    /// gets its hedge within `hedge_burst / (fraction * rate)` (40 ms at 1 Gbit/s).
+    fn refill_hedges(&mut self, now: Instant) {
+        let last = *self.hedge_refilled.get_or_insert(now);
+        let Some(rate) = self.rate else { return };
+        let dt = now.saturating_duration_since(last).as_secs_f64();
+        let fill = (rate * self.config.hedge_fraction * dt) as u64;
+        if fill > 0 {
+            self.hedge_tokens = self.hedge_tokens.saturating_add(fill).min(self.config.hedge_burst);
+            self.hedge_refilled = Some(now);
         }
     }
 
