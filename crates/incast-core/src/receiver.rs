@@ -716,7 +716,7 @@ impl Receiver {
         // (the closed gate lets nothing else through).
         while let Some(&rk) = self.urgent.front() {
             let gate = Gate {
-                ahead: self.gate().ahead,
+                ahead: self.ahead(),
                 timeout_scale: self.timeout_scale,
                 ..Gate::CLOSED
             };
@@ -757,7 +757,7 @@ impl Receiver {
                     self.sync(now, rk);
                     return Some((rk, a));
                 }
-                Polled::Blocked(_) => return None,
+                Polled::Blocked => return None,
                 Polled::Idle => {
                     cursor = self
                         .order
@@ -1012,21 +1012,25 @@ impl Receiver {
         }
     }
 
+    /// Time the bytes outstanding on the port take to arrive at its measured rate.
+    fn ahead(&self) -> Duration {
+        match self.rate {
+            Some(r) if r > 0.0 => Duration::from_secs_f64(self.outstanding as f64 / r),
+            _ => Duration::ZERO,
+        }
+    }
+
     fn gate(&self) -> Gate {
         let room = if self.outstanding == 0 {
             u64::MAX
         } else {
             self.budget.saturating_sub(self.outstanding)
         };
-        let ahead = match self.rate {
-            Some(r) if r > 0.0 => Duration::from_secs_f64(self.outstanding as f64 / r),
-            _ => Duration::ZERO,
-        };
         Gate {
             room,
             new_sender: self.senders == 0 || self.senders < self.config.max_senders,
             hedge_room: self.hedge_tokens,
-            ahead,
+            ahead: self.ahead(),
             grant: match self.rate {
                 Some(r) => ((r * GRANT_TIME.as_secs_f64()) as u64).min(self.budget / GRANTS_PER_BUDGET),
                 None => 0,

@@ -87,7 +87,7 @@
 //! `benches/scheduler.rs` for the measured cost per event.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -371,8 +371,8 @@ impl Gate {
 pub(crate) enum Polled {
     /// Something to do.
     Action(Action),
-    /// The read wants a grant of this many bytes that the gate refused.
-    Blocked(u64),
+    /// The read wants a grant that the gate refused.
+    Blocked,
     /// Nothing to do until an event or a timeout.
     Idle,
 }
@@ -381,7 +381,7 @@ pub(crate) enum Polled {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Stop {
     Idle,
-    Gate(u64),
+    Gate,
 }
 
 /// A range to request again because its grant was cancelled (hedge) or failed (retry).
@@ -551,7 +551,7 @@ pub struct Scheduler {
     last_decrease: Option<Instant>,
     stats: SchedulerStats,
     /// Hedged originals whose race is undecided (see [`SchedulerStats::hedges_won`]).
-    open_hedges: HashMap<GrantId, ()>,
+    open_hedges: HashSet<GrantId>,
     /// The last clean first-byte time, for a client-wide receiver's queueing-delay signal.
     last_sample: Option<Duration>,
 }
@@ -640,7 +640,7 @@ impl Scheduler {
             rng: SplitMix64::new(seed),
             last_decrease: None,
             stats: SchedulerStats::default(),
-            open_hedges: HashMap::new(),
+            open_hedges: HashSet::new(),
             last_sample: None,
             frags,
         };
@@ -662,7 +662,7 @@ impl Scheduler {
         }
         match self.poll_gated(now, &Gate::OPEN) {
             Polled::Action(a) => Some(a),
-            Polled::Blocked(_) | Polled::Idle => None,
+            Polled::Blocked | Polled::Idle => None,
         }
     }
 
@@ -680,7 +680,7 @@ impl Scheduler {
                 Polled::Action(Action::Request(g))
             }
             Err(Stop::Idle) => Polled::Idle,
-            Err(Stop::Gate(len)) => Polled::Blocked(len),
+            Err(Stop::Gate) => Polled::Blocked,
         }
     }
 
@@ -812,7 +812,7 @@ impl Scheduler {
         let Some(live) = self.slot_of(id)? else {
             // The late, complete end of a hedged original: the hedge was spurious unless its
             // replacement already won.
-            if self.open_hedges.remove(&id).is_some() {
+            if self.open_hedges.remove(&id) {
                 self.stats.hedges_spurious += 1;
             }
             return Ok(());
@@ -827,7 +827,7 @@ impl Scheduler {
         }
         let live = self.release(id);
         if let Some(orig) = live.replaces {
-            if self.open_hedges.remove(&orig).is_some() {
+            if self.open_hedges.remove(&orig) {
                 self.stats.hedges_won += 1;
             }
         }
@@ -1036,7 +1036,7 @@ impl Scheduler {
             let Some(f) = next else {
                 return violation("read not finished but nothing is pending: it would stall".into());
             };
-            if self.next_len(&self.frags[f as usize]) > self.budget_eff {
+            if self.next_len(&self.frags[f as usize], 0) > self.budget_eff {
                 return violation(format!(
                     "nothing outstanding but fragment {f}'s next grant exceeds the budget"
                 ));
@@ -1123,10 +1123,12 @@ impl Scheduler {
         }
     }
 
-    /// Length of the fragment's next grant: its oldest hole, or the next chunk.
-    fn next_len(&self, f: &Frag) -> u64 {
+    /// Length of the fragment's next grant: its oldest hole, or the next chunk, which a
+    /// gate may enlarge to `min_chunk` (chunked grants only).
+    fn next_len(&self, f: &Frag, min_chunk: u64) -> u64 {
         match f.holes.first() {
             Some(h) => h.len,
+            None if self.chunked => (f.len - f.next).min(self.max_grant.max(min_chunk)),
             None => (f.len - f.next).min(self.max_grant),
         }
     }
@@ -1214,11 +1216,7 @@ impl Scheduler {
     fn try_issue(&mut self, f: u32, kind: GrantKind, now: Instant, gate: &Gate) -> Result<Grant, Stop> {
         let frag = &self.frags[f as usize];
         let server = self.routes[(frag.routes_start + u32::from(frag.route)) as usize];
-        let len = match frag.holes.first() {
-            Some(h) => h.len,
-            None if self.chunked => (frag.len - frag.next).min(self.max_grant.max(gate.grant)),
-            None => self.next_len(frag),
-        };
+        let len = self.next_len(frag, gate.grant);
         if !self.admits(server, len) {
             return Err(Stop::Idle);
         }
@@ -1226,7 +1224,7 @@ impl Scheduler {
         // first whatever the port's room now (a stall may just have shrunk the budget).
         let rerequest = !frag.holes.is_empty();
         if !rerequest && (len > gate.room || !(gate.new_sender || self.server_live[server as usize] > 0)) {
-            return Err(Stop::Gate(len));
+            return Err(Stop::Gate);
         }
         let timeout = self.rtt.timeout(frag.backoff, self.rng.unit()) * gate.timeout_scale.max(1);
         let frag = &mut self.frags[f as usize];
@@ -1334,7 +1332,7 @@ impl Scheduler {
         if !(self.hedging && self.stats.hedged_bytes + len <= self.hedge_budget && len <= gate.hedge_room) {
             if self.hedging {
                 self.stats.hedges_denied += 1;
-                if self.frags[f].backoff >= ESCALATE_AFTER_STALLS && self.escalate(now, id) {
+                if self.frags[f].backoff >= ESCALATE_AFTER_STALLS && self.escalate(id) {
                     return;
                 }
             }
@@ -1386,7 +1384,7 @@ impl Scheduler {
             kind: GrantKind::Hedge,
             orig: Some(id),
         });
-        self.open_hedges.insert(id, ());
+        self.open_hedges.insert(id);
         self.requeue(f as u32);
     }
 
@@ -1394,7 +1392,7 @@ impl Scheduler {
     /// transport is told to cancel it; its range is re-requested there first, as a retry).
     /// Returns false, and does nothing, when there is no such replica: then waiting is all
     /// that is left.
-    fn escalate(&mut self, _now: Instant, id: GrantId) -> bool {
+    fn escalate(&mut self, id: GrantId) -> bool {
         let live = self.live(id).expect("stalled grant is live");
         let frag = &self.frags[live.frag as usize];
         if live.route != frag.route {

@@ -134,7 +134,6 @@ struct Live {
     read: ReadKey,
     id: GrantId,
     server: ServerId,
-    fragment: usize,
     block_offset: u64,
     len: u64,
     received: u64,
@@ -273,7 +272,6 @@ impl Harness {
                     read,
                     id: g.id,
                     server: g.server,
-                    fragment: g.fragment,
                     block_offset: g.block_offset,
                     len: g.len,
                     received: 0,
@@ -320,7 +318,6 @@ impl Harness {
                 m.confirmed.insert(s, e);
             }
         }
-        let _ = l.fragment;
         self.dead.push(l);
         Ok(())
     }
