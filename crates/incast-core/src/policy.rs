@@ -122,7 +122,9 @@ pub enum WindowCap {
     /// B, clamped to `[MIN_WINDOW_CAP, MAX_WINDOW_CAP]`: one sender may use the whole budget
     /// (pipelined grants, started fragments first) and no more. A cap below the grant size
     /// would make every grant wait for ACKs, and for delayed ACKs: on loopback a B / K cap of
-    /// 8 KiB under 16 KiB grants cut throughput to a third.
+    /// 8 KiB under 16 KiB grants cut throughput to a third. A client whose reads share one
+    /// port (incast-rpc's `Sharing::Port`) applies no static cap for `Derived`: the port's
+    /// budget adapts while the connection lives, and its grants bound each connection.
     Derived,
 }
 

@@ -155,7 +155,9 @@ impl ClientConfigBuilder {
         self
     }
     /// Socket options of client connections. Default [`SocketTuning::client`]. The policy's
-    /// window cap, when on, overrides `recv_buffer` and `window_clamp`.
+    /// window cap, when on, overrides `recv_buffer` and `window_clamp` (except a
+    /// `WindowCap::Derived` cap under [`Sharing::Port`], where the port's moving budget
+    /// bounds each connection instead: see `Client`'s socket tuning).
     pub fn tuning(mut self, t: SocketTuning) -> Self {
         self.cfg.tuning = t;
         self
