@@ -85,6 +85,7 @@ async fn naive_read(conns: Arc<Vec<Mutex<TcpStream>>>) -> usize {
                     key: "blk".into(),
                     offset: 0,
                     len: SRU,
+                    pace: None,
                 }
                 .encode(&mut req);
                 s.write_all(&req).await.expect("write");

@@ -12,6 +12,7 @@
 //! | `hedged` | as naive, plus application-level microsecond RTO hedging | kernel defaults |
 //! | `default` | `Policy::default()` | `ClientConfig::default()`: concurrent reads share one client-wide receiver |
 //! | `per-read` | `Policy::default()` | as default, but every read schedules itself alone (`Sharing::PerRead`, the behaviour before the client-wide receiver) |
+//! | `paced` | `Policy::default()` | as default, and every grant carries a pacing rate the server applies (`ReceiverConfigBuilder::pacing`) |
 //! | `rto-route` | as naive; the servers' route gets `rto_min 1ms` (testbed only) | kernel defaults |
 //! | `quic` | `Policy::default()` | every request over QUIC (quinn): user-space loss recovery |
 //! | `fallback` | `Policy::default()` | TCP, hedges (and the rest of a stalled server's requests) over QUIC |
@@ -26,6 +27,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use incast_core::policy::{GrantSize, Hedging, WindowCap, DEFAULT_HEDGE_FRACTION, DEFAULT_HEDGE_MIN_BYTES};
+use incast_core::receiver::ReceiverConfig;
 use incast_core::Policy;
 use incast_rpc::quic::QuicClientConfig;
 use incast_rpc::{ClientConfig, Sharing, SocketTuning, Transport};
@@ -51,6 +53,8 @@ pub enum Strategy {
     Default,
     /// The library's defaults, each read scheduled alone.
     PerRead,
+    /// The library's defaults with receiver-paced responses.
+    Paced,
     /// Kernel per-route rto_min, for reference.
     RtoRoute,
     /// The library's defaults over QUIC.
@@ -63,7 +67,7 @@ pub enum Strategy {
 
 impl Strategy {
     /// Every strategy, in table order.
-    pub const ALL: [Strategy; 11] = [
+    pub const ALL: [Strategy; 12] = [
         Strategy::Naive,
         Strategy::Capped,
         Strategy::Scheduled,
@@ -71,6 +75,7 @@ impl Strategy {
         Strategy::Hedged,
         Strategy::Default,
         Strategy::PerRead,
+        Strategy::Paced,
         Strategy::RtoRoute,
         Strategy::Quic,
         Strategy::Fallback,
@@ -87,6 +92,7 @@ impl Strategy {
             Strategy::Hedged => "hedged",
             Strategy::Default => "default",
             Strategy::PerRead => "per-read",
+            Strategy::Paced => "paced",
             Strategy::RtoRoute => "rto-route",
             Strategy::Quic => "quic",
             Strategy::Fallback => "fallback",
@@ -139,8 +145,13 @@ impl Strategy {
         };
         let base = || Policy::builder().window_cap(WindowCap::Off).hedging(Hedging::Off);
         let defaults = |transport, sharing| -> Result<_, String> {
+            let receiver = ReceiverConfig::builder()
+                .pacing(self == Strategy::Paced)
+                .build()
+                .map_err(|e| e.to_string())?;
             let mut b = ClientConfig::builder()
                 .sharing(sharing)
+                .receiver(receiver)
                 .tuning(SocketTuning {
                     congestion: Some(cc.to_owned()),
                     ..SocketTuning::client()
@@ -174,6 +185,7 @@ impl Strategy {
             ),
             Strategy::Default => (Policy::default(), defaults(Transport::Tcp, Sharing::Port)?),
             Strategy::PerRead => (Policy::default(), defaults(Transport::Tcp, Sharing::PerRead)?),
+            Strategy::Paced => (Policy::default(), defaults(Transport::Tcp, Sharing::Port)?),
             Strategy::Quic => (Policy::default(), defaults(Transport::Quic, Sharing::Port)?),
             Strategy::Fallback => (
                 Policy::default(),

@@ -82,6 +82,14 @@
 //!   doubles a port-wide multiplier of the grant timeouts (up to [`MAX_TIMEOUT_SCALE`]); a
 //!   hedge that won lowers it by one. (Eifel/F-RTO do the same for TCP's RTO.)
 //!
+//! - **Receiver-paced responses (optional, [`ReceiverConfigBuilder::pacing`]).** A grant
+//!   may carry a pacing rate its server applies to that response (incast-rpc sets
+//!   `SO_MAX_PACING_RATE`, TCP's own pacing): [`PACING_GAIN`] times the port's rate times
+//!   the grant's share of the bytes outstanding. The grants in flight then arrive together
+//!   at about the port's rate, where unpaced each sender's NIC bursts at its line rate and a
+//!   few of them at once overflow a shallow buffer. Measured results and why it is off by
+//!   default: see the README.
+//!
 //! The start: [`ReceiverConfig::for_port`] starts B at [`crate::model::recommend`]'s budget
 //! for the port's rate and buffer; without a hint, at [`DEFAULT_INITIAL_BUDGET`] (the
 //! 64 KiB that served one read per 1 Gbit/s port here).
@@ -133,6 +141,11 @@ pub const DEFAULT_PORT_MAX_SENDERS: u32 = 64;
 /// Default tolerated queueing delay above the base RTT (200 us: under a 262 us full queue of
 /// a 32 KiB port at 1 Gbit/s, above the ~100 us scheduling noise of a 2-core host).
 pub const DEFAULT_TARGET_DELAY: Duration = Duration::from_micros(200);
+/// Pacing gain over the port's rate (BBR's probing gain, 1.25): paced at exactly the rate
+/// it knows, the receiver could never measure a faster one.
+pub const PACING_GAIN: f64 = 1.25;
+/// Whether grants carry a pacing rate by default (see [`ReceiverConfigBuilder::pacing`]).
+pub const DEFAULT_PACING: bool = false;
 /// Default aging bound (50 ms).
 pub const DEFAULT_AGING: Duration = Duration::from_millis(50);
 /// Default share of granted bytes that may be hedged, port-wide (5%).
@@ -214,6 +227,7 @@ pub struct ReceiverConfig {
     hedge_fraction: f64,
     hedge_burst: u64,
     adaptive: bool,
+    pacing: bool,
     port_rate_bps: Option<u64>,
 }
 
@@ -280,6 +294,10 @@ impl ReceiverConfig {
     pub fn adaptive(&self) -> bool {
         self.adaptive
     }
+    /// Whether grants carry a pacing rate.
+    pub fn pacing(&self) -> bool {
+        self.pacing
+    }
 }
 
 /// Builds a [`ReceiverConfig`]; [`ReceiverConfigBuilder::build`] checks every range.
@@ -301,6 +319,7 @@ impl Default for ReceiverConfigBuilder {
                 hedge_fraction: DEFAULT_PORT_HEDGE_FRACTION,
                 hedge_burst: DEFAULT_HEDGE_BURST,
                 adaptive: true,
+                pacing: DEFAULT_PACING,
                 port_rate_bps: None,
             },
         }
@@ -359,6 +378,14 @@ impl ReceiverConfigBuilder {
     /// Whether the budget adapts (the closed loop) or stays at the initial budget. Default on.
     pub fn adaptive(mut self, on: bool) -> Self {
         self.c.adaptive = on;
+        self
+    }
+    /// Whether every grant carries a pacing rate for its server: the port's rate times the
+    /// grant's share of the bytes outstanding once it is issued, so the responses in flight
+    /// together arrive at about the port's rate instead of at each sender's line rate (see
+    /// the module docs). Default [`DEFAULT_PACING`].
+    pub fn pacing(mut self, on: bool) -> Self {
+        self.c.pacing = on;
         self
     }
     /// The port's rate in bits per second, if known: stalls are judged against it until a
@@ -746,9 +773,10 @@ impl Receiver {
                 ..Gate::CLOSED
             };
             match self.read_mut(rk).map(|r| r.sched.poll_gated(now, &gate)) {
-                Some(Polled::Action(a)) => {
+                Some(Polled::Action(mut a)) => {
                     self.stats.grants += 1;
                     self.sync(now, rk);
+                    self.set_pace(&mut a);
                     return Some((rk, a));
                 }
                 _ => {
@@ -762,7 +790,7 @@ impl Receiver {
             let rk = self.key_of(key);
             let r = self.read_mut(rk).expect("ordered reads are live");
             match r.sched.poll_gated(now, &gate) {
-                Polled::Action(a) => {
+                Polled::Action(mut a) => {
                     if let Action::Request(g) = &a {
                         debug_assert!(
                             matches!(g.kind, crate::GrantKind::Hedge | crate::GrantKind::Retry)
@@ -780,6 +808,7 @@ impl Receiver {
                         }
                     }
                     self.sync(now, rk);
+                    self.set_pace(&mut a);
                     return Some((rk, a));
                 }
                 Polled::Blocked => return None,
@@ -1209,7 +1238,7 @@ impl Receiver {
             // (a queue the port cannot hold) does it shrink.
             self.hold_until = Some(now + self.srtt.unwrap_or(target));
         }
-        if delay > target * SEVERE_DELAY_FACTOR {
+        if delay > target * SEVERE_DELAY_FACTOR && ours {
             let excess = (delay - target).as_secs_f64() / delay.as_secs_f64();
             let f = (1.0 - BETA * excess).max(1.0 - MAX_DECREASE);
             if self.decrease(now, f) {
@@ -1252,6 +1281,21 @@ impl Receiver {
             .map(|b| b as f64 / 8.0)
             .or(self.max_rate.map(|(m, _)| m))
             .or(self.rate)
+    }
+
+    /// With pacing on, a grant's pace: [`PACING_GAIN`] times the port's rate times its share of the bytes
+    /// outstanding now that it is issued. Every grant in flight then ends about when the
+    /// bytes ahead of it have drained at the port's rate, and together they arrive at about
+    /// that rate instead of at each sender's line rate.
+    fn set_pace(&self, a: &mut Action) {
+        let Action::Request(g) = a else { return };
+        if !self.config.pacing {
+            return;
+        }
+        if let Some(link) = self.link_rate() {
+            let share = g.len as f64 / self.outstanding.max(g.len).max(1) as f64;
+            g.pace = Some(((PACING_GAIN * link * share) as u64).max(1));
+        }
     }
 
     /// Whether a queue the receiver measures is one its own grants built: it takes at least
@@ -1519,6 +1563,39 @@ mod tests {
         rx.on_bytes(now, k, g1.id, g1.len - 1).unwrap();
         rx.on_done(now, k, g1.id).unwrap();
         assert!(rx.budget() > b0, "grew: {b0} -> {}", rx.budget());
+    }
+
+    #[test]
+    fn paced_grants_share_the_port_rate_and_unpaced_carry_none() {
+        let stripe = Stripe::fixed_sru("a", &servers(8), 64 * 1024).unwrap();
+        let t = Instant::now();
+        for pacing in [false, true] {
+            let cfg = ReceiverConfig::builder()
+                .port_rate_bps(Some(8_000_000_000))
+                .pacing(pacing)
+                .build()
+                .unwrap();
+            let mut rx = Receiver::new(cfg);
+            rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
+            let gs = requests(&mut rx, t);
+            assert!(gs.len() >= 2);
+            if !pacing {
+                assert!(gs.iter().all(|(_, g)| g.pace.is_none()));
+                continue;
+            }
+            // The first grant had the port to itself; each later one a shrinking share.
+            let link = 1e9 * PACING_GAIN;
+            let mut issued = 0;
+            for (_, g) in &gs {
+                issued += g.len;
+                let want = link * g.len as f64 / issued as f64;
+                let got = g.pace.expect("paced") as f64;
+                assert!((got - want).abs() <= 1.0 + want * 1e-9, "{got} vs {want}");
+            }
+            let total: f64 = gs.iter().map(|(_, g)| g.len as f64).sum();
+            let last = gs.last().unwrap().1.pace.unwrap() as f64;
+            assert!(last <= link * (gs.last().unwrap().1.len as f64 / total) + 1.0);
+        }
     }
 
     #[test]

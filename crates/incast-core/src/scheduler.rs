@@ -179,6 +179,10 @@ pub struct Grant {
     pub len: u64,
     /// Why it was issued.
     pub kind: GrantKind,
+    /// The rate, bytes per second, the server should send it at no faster than, if any.
+    /// A [`crate::receiver::Receiver`] with pacing on sets it (see its module docs); a
+    /// transport that cannot pace ignores it.
+    pub pace: Option<u64>,
 }
 
 /// What the transport should do next.
@@ -1288,6 +1292,7 @@ impl Scheduler {
             block_offset,
             len,
             kind,
+            pace: None,
         })
     }
 

@@ -459,12 +459,16 @@ async fn refuse(mut stream: TcpStream) {
     let _ = stream.shutdown().await;
 }
 
+/// Slowest pacing rate a request may ask for (1 Mbit/s): slower asks are raised to it.
+pub const MIN_PACE: u64 = 125_000;
+
 enum Item {
     Request {
         id: u64,
         key: String,
         offset: u64,
         len: u64,
+        pace: Option<u64>,
     },
     Refuse {
         id: u64,
@@ -555,7 +559,13 @@ async fn read_requests(
                 }
                 continue;
             }
-            Ok(Frame::Request { id, key, offset, len }) => {
+            Ok(Frame::Request {
+                id,
+                key,
+                offset,
+                len,
+                pace,
+            }) => {
                 let fresh = pending.lock().unwrap_or_else(|e| e.into_inner()).queued.insert(id);
                 if !fresh {
                     Item::Refuse {
@@ -570,7 +580,13 @@ async fn read_requests(
                         message: format!("request of {len} bytes exceeds this server's limit of {max_request}"),
                     }
                 } else {
-                    Item::Request { id, key, offset, len }
+                    Item::Request {
+                        id,
+                        key,
+                        offset,
+                        len,
+                        pace,
+                    }
                 }
             }
             Ok(_) => unreachable!("only requests and cancels pass the kind check"),
@@ -589,6 +605,8 @@ async fn write_responses<S: FragmentStore>(
     ctx: &Ctx<S>,
 ) {
     let mut buf = Vec::with_capacity(256);
+    // The pacing rate applied to the socket now (`None`: the configured one).
+    let mut paced = None;
     while let Some(item) = rx.recv().await {
         let result = match item {
             Item::Fatal(e) => {
@@ -620,7 +638,21 @@ async fn write_responses<S: FragmentStore>(
                 )
                 .await
             }
-            Item::Request { id, key, offset, len } => {
+            Item::Request {
+                id,
+                key,
+                offset,
+                len,
+                pace,
+            } => {
+                let pace = pace.map(|r| r.max(MIN_PACE));
+                if pace != paced {
+                    let rate = pace.or(ctx.cfg.tuning.max_pacing_rate).unwrap_or(u64::MAX);
+                    if crate::tune::set_max_pacing_rate(wr.as_ref(), rate).is_err() {
+                        ctx.stats.tuning_refusals.fetch_add(1, Ordering::Relaxed);
+                    }
+                    paced = pace;
+                }
                 let cancelled = || {
                     pending
                         .lock()

@@ -30,6 +30,13 @@ const TCP_RTO_MAX_MS: i32 = 44;
 const TCP_RTO_MIN_US: i32 = 45;
 const SO_MAX_PACING_RATE: i32 = 47;
 
+/// Sets `SO_MAX_PACING_RATE` (bytes per second; `u64::MAX` for none) on a TCP socket: the
+/// kernel then paces what it sends (TCP's internal pacing when the qdisc is not `fq`). The
+/// server applies a request's pacing rate with it before that response.
+pub fn set_max_pacing_rate(socket: &impl AsFd, bytes_per_sec: u64) -> std::io::Result<()> {
+    sys::set_opt(socket.as_fd(), libc::SOL_SOCKET, SO_MAX_PACING_RATE, bytes_per_sec)
+}
+
 /// A socket option this crate sets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]

@@ -11,11 +11,14 @@
 //!
 //! | kind | direction | payload |
 //! |---|---|---|
-//! | 1 `Request` | client to server | object offset `u64`, length `u64`, key length `u16`, key (UTF-8) |
+//! | 1 `Request` | client to server | object offset `u64`, length `u64`, key length `u16`, key (UTF-8), then the pacing rate `u64` in bytes per second (if flag bit 0) |
 //! | 2 `Cancel` | client to server | empty: stop sending request `id` |
 //! | 3 `Data` | server to client | bytes of request `id`, in order, at most [`MAX_DATA_PAYLOAD`] per frame |
 //! | 4 `End` | server to client | CRC32C `u32` (if flag bit 0), then the server socket's TCP counters (if flag bit 1): RTT us, retransmits, RTOs, RTO recoveries, RTO time ms, five `u32` |
 //! | 5 `Error` | server to client | code `u16`, message (UTF-8); id 0 means the whole connection |
+//!
+//! A request with a pacing rate asks the server to send that response no faster (TCP's own
+//! pacing, `SO_MAX_PACING_RATE`): the receiver spreads what many senders send at once.
 //!
 //! A server answers the requests of one connection in order: zero or more `Data` frames whose
 //! lengths add up to the requested length, then `End`; or an `Error` for that id. After a
@@ -51,7 +54,9 @@ pub const END_PAYLOAD: u32 = 24;
 const END_HAS_CRC: u16 = 1;
 const END_HAS_COUNTERS: u16 = 2;
 const END_CANCELLED: u16 = 4;
+const REQUEST_HAS_PACE: u16 = 1;
 const REQUEST_FIXED: usize = 18;
+const PACE_LEN: usize = 8;
 
 /// The kind of a frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -84,7 +89,7 @@ impl Kind {
     /// Allowed payload lengths: `(min, max)`.
     fn payload_bounds(self) -> (u32, u32) {
         match self {
-            Kind::Request => (REQUEST_FIXED as u32, (REQUEST_FIXED + MAX_KEY_LEN) as u32),
+            Kind::Request => (REQUEST_FIXED as u32, (REQUEST_FIXED + MAX_KEY_LEN + PACE_LEN) as u32),
             Kind::Cancel => (0, 0),
             Kind::Data => (0, MAX_DATA_PAYLOAD),
             Kind::End => (END_PAYLOAD, END_PAYLOAD),
@@ -129,6 +134,9 @@ pub enum WireError {
         /// Payload length.
         payload: usize,
     },
+    /// A request asks for a pacing rate of 0 bytes per second.
+    #[error("request with a pacing rate of 0 bytes per second")]
+    ZeroPace,
     /// A request asks for more than [`MAX_REQUEST_LEN`] bytes, or its range overflows.
     #[error("request for {len} bytes at offset {offset}: at most {max} bytes, and offset + length must fit 64 bits")]
     RequestTooLarge {
@@ -195,10 +203,10 @@ impl Header {
         if len < min || len > max {
             return Err(WireError::BadLength { kind, len, min, max });
         }
-        let allowed = if kind == Kind::End {
-            END_HAS_CRC | END_HAS_COUNTERS | END_CANCELLED
-        } else {
-            0
+        let allowed = match kind {
+            Kind::End => END_HAS_CRC | END_HAS_COUNTERS | END_CANCELLED,
+            Kind::Request => REQUEST_HAS_PACE,
+            _ => 0,
         };
         if flags & !allowed != 0 {
             return Err(WireError::UnknownFlags { kind, flags });
@@ -294,6 +302,9 @@ pub enum Frame {
         offset: u64,
         /// Bytes wanted, at most [`MAX_REQUEST_LEN`].
         len: u64,
+        /// Send the response no faster than this many bytes per second (`None`: as fast as
+        /// the server's congestion control allows). Never 0.
+        pace: Option<u64>,
     },
     /// Withdraw request `id`.
     Cancel {
@@ -344,8 +355,15 @@ impl Frame {
     /// Appends the encoded frame to `out`. Panics only on values that [`Frame::check`]
     /// rejects (keys or payloads over their bound): call it first for untrusted values.
     pub fn encode(&self, out: &mut Vec<u8>) {
-        if let Frame::Request { id, key, offset, len } = self {
-            return encode_request(out, *id, key, *offset, *len);
+        if let Frame::Request {
+            id,
+            key,
+            offset,
+            len,
+            pace,
+        } = self
+        {
+            return encode_request(out, *id, key, *offset, *len, *pace);
         }
         let start = out.len();
         out.extend_from_slice(&[0; HEADER_LEN]);
@@ -433,7 +451,8 @@ impl Frame {
                 let offset = u64::from_be_bytes(p[0..8].try_into().expect("bounded"));
                 let len = u64::from_be_bytes(p[8..16].try_into().expect("bounded"));
                 let key_len = usize::from(u16::from_be_bytes([p[16], p[17]]));
-                if REQUEST_FIXED + key_len != p.len() {
+                let paced = h.flags & REQUEST_HAS_PACE != 0;
+                if REQUEST_FIXED + key_len + if paced { PACE_LEN } else { 0 } != p.len() {
                     return Err(WireError::KeyLength {
                         key_len,
                         payload: p.len(),
@@ -446,12 +465,22 @@ impl Frame {
                         max: MAX_REQUEST_LEN,
                     });
                 }
-                let key = std::str::from_utf8(&p[REQUEST_FIXED..]).map_err(|_| WireError::Utf8 { field: "key" })?;
+                let key_end = REQUEST_FIXED + key_len;
+                let key =
+                    std::str::from_utf8(&p[REQUEST_FIXED..key_end]).map_err(|_| WireError::Utf8 { field: "key" })?;
+                let pace = match paced {
+                    false => None,
+                    true => match u64::from_be_bytes(p[key_end..].try_into().expect("bounded")) {
+                        0 => return Err(WireError::ZeroPace),
+                        r => Some(r),
+                    },
+                };
                 Frame::Request {
                     id,
                     key: key.to_owned(),
                     offset,
                     len,
+                    pace,
                 }
             }
             Kind::Cancel => Frame::Cancel { id },
@@ -496,12 +525,13 @@ impl Frame {
 
 /// Appends a `Request` frame from a borrowed key, without building a [`Frame`]: the client
 /// sends one per grant and the key is the stripe's. Same bounds as [`Frame::encode`] (a key
-/// of at most [`MAX_KEY_LEN`] bytes).
-pub fn encode_request(out: &mut Vec<u8>, id: u64, key: &str, offset: u64, len: u64) {
+/// of at most [`MAX_KEY_LEN`] bytes; a pace of `Some(0)` is sent as no pace).
+pub fn encode_request(out: &mut Vec<u8>, id: u64, key: &str, offset: u64, len: u64, pace: Option<u64>) {
+    let pace = pace.filter(|&r| r > 0);
     let header = Header {
         kind: Kind::Request,
-        flags: 0,
-        len: (REQUEST_FIXED + key.len()) as u32,
+        flags: if pace.is_some() { REQUEST_HAS_PACE } else { 0 },
+        len: (REQUEST_FIXED + key.len() + if pace.is_some() { PACE_LEN } else { 0 }) as u32,
         id,
     };
     out.extend_from_slice(&header.encode());
@@ -509,6 +539,9 @@ pub fn encode_request(out: &mut Vec<u8>, id: u64, key: &str, offset: u64, len: u
     out.put_u64(len);
     out.put_u16(key.len() as u16);
     out.extend_from_slice(key.as_bytes());
+    if let Some(r) = pace {
+        out.put_u64(r);
+    }
 }
 
 /// Decodes one frame from the front of `buf`: `Ok(None)` if more bytes are needed, else the
@@ -516,7 +549,7 @@ pub fn encode_request(out: &mut Vec<u8>, id: u64, key: &str, offset: u64, len: u
 ///
 /// ```
 /// use incast_rpc::wire::{decode, Frame};
-/// let f = Frame::Request { id: 7, key: "blk".into(), offset: 0, len: 4096 };
+/// let f = Frame::Request { id: 7, key: "blk".into(), offset: 0, len: 4096, pace: Some(12_500_000) };
 /// let mut buf = Vec::new();
 /// f.encode(&mut buf);
 /// assert_eq!(decode(&buf[..10]), Ok(None));
@@ -553,6 +586,14 @@ mod tests {
                 key: "k".repeat(MAX_KEY_LEN),
                 offset: 5,
                 len: MAX_REQUEST_LEN,
+                pace: None,
+            },
+            Frame::Request {
+                id: 2,
+                key: "k".repeat(MAX_KEY_LEN),
+                offset: 0,
+                len: 1,
+                pace: Some(u64::MAX),
             },
             Frame::Cancel { id: u64::MAX },
             Frame::Data {
@@ -652,6 +693,7 @@ mod tests {
             key: "abc".into(),
             offset: 0,
             len: 1,
+            pace: None,
         });
         b[HEADER_LEN + 17] = 4; // key length 4, payload has 3
         assert_eq!(
@@ -666,6 +708,7 @@ mod tests {
             key: "a".into(),
             offset: u64::MAX,
             len: 1,
+            pace: None,
         });
         assert!(matches!(decode(&b), Err(WireError::RequestTooLarge { .. })));
         let mut b = enc(&Frame::Request {
@@ -673,14 +716,26 @@ mod tests {
             key: "a".into(),
             offset: 0,
             len: 1,
+            pace: None,
         });
         *b.last_mut().unwrap() = 0xFF;
         assert_eq!(decode(&b), Err(WireError::Utf8 { field: "key" }));
+        // A pace of 0 is refused; a pace flag without its 8 bytes is a length mismatch.
+        let mut b = Vec::new();
+        encode_request(&mut b, 1, "a", 0, 1, Some(5));
+        let n = b.len();
+        b[n - 8..].fill(0);
+        assert_eq!(decode(&b), Err(WireError::ZeroPace));
+        let mut b = Vec::new();
+        encode_request(&mut b, 1, "a", 0, 1, None);
+        b[3] |= 1;
+        assert!(matches!(decode(&b), Err(WireError::KeyLength { .. })));
         let long = Frame::Request {
             id: 1,
             key: "k".repeat(MAX_KEY_LEN + 1),
             offset: 0,
             len: 1,
+            pace: None,
         };
         assert!(long.check().is_err());
         assert_eq!(

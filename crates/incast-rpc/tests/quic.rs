@@ -472,7 +472,7 @@ async fn bad_requests_over_quic_get_typed_errors_and_the_server_keeps_serving() 
     assert!(matches!(frames[..], [Frame::Error { id: 0, .. }]), "{frames:?}");
     // Longer than the server allows: an error for that request.
     let mut req = Vec::new();
-    wire::encode_request(&mut req, 5, "blk", 0, 8192);
+    wire::encode_request(&mut req, 5, "blk", 0, 8192, None);
     let frames = raw_exchange(&conn, &req).await;
     assert!(
         matches!(
@@ -487,7 +487,7 @@ async fn bad_requests_over_quic_get_typed_errors_and_the_server_keeps_serving() 
     );
     // Missing key: NotFound.
     req.clear();
-    wire::encode_request(&mut req, 6, "nope", 0, 10);
+    wire::encode_request(&mut req, 6, "nope", 0, 10, None);
     let frames = raw_exchange(&conn, &req).await;
     assert!(
         matches!(
@@ -502,7 +502,7 @@ async fn bad_requests_over_quic_get_typed_errors_and_the_server_keeps_serving() 
     );
     // And a good one on the same connection.
     req.clear();
-    wire::encode_request(&mut req, 7, "blk", 100, 3000);
+    wire::encode_request(&mut req, 7, "blk", 100, 3000, Some(1_000_000));
     let frames = raw_exchange(&conn, &req).await;
     let data: Vec<u8> = frames
         .iter()

@@ -40,14 +40,20 @@ fn frame() -> impl Strategy<Value = Frame> {
         (7u16..).prop_map(ErrorCode::Other),
     ];
     prop_oneof![
-        (id.clone(), "[a-z0-9/._-]{0,64}", any::<u32>(), 0u64..=(1 << 30)).prop_map(|(id, key, offset, len)| {
-            Frame::Request {
+        (
+            id.clone(),
+            "[a-z0-9/._-]{0,64}",
+            any::<u32>(),
+            0u64..=(1 << 30),
+            proptest::option::of(1u64..)
+        )
+            .prop_map(|(id, key, offset, len, pace)| Frame::Request {
                 id,
                 key,
                 offset: u64::from(offset),
                 len,
-            }
-        }),
+                pace,
+            }),
         id.clone().prop_map(|id| Frame::Cancel { id }),
         (id.clone(), proptest::collection::vec(any::<u8>(), 0..4096)).prop_map(|(id, p)| Frame::Data {
             id,
@@ -157,6 +163,7 @@ fn longest_request_fits_the_control_bound() {
         key: "k".repeat(MAX_KEY_LEN),
         offset: 0,
         len: 1,
+        pace: Some(u64::MAX),
     };
     assert!(f.check().is_ok());
 }

@@ -276,7 +276,7 @@ impl<'a> Driver<'a> {
                     let req = c.next_req;
                     c.next_req += 1;
                     let key = self.stripe.fragment(g.fragment).key();
-                    wire::encode_request(&mut c.out, req, key, g.object_offset, g.len);
+                    wire::encode_request(&mut c.out, req, key, g.object_offset, g.len, g.pace);
                     c.inflight.push_back(Inflight {
                         req,
                         grant: Some(g.id),

@@ -255,7 +255,8 @@ async fn request(
     let failed = |what: &str, e: &dyn std::fmt::Display| StreamEventKind::Failed(format!("{server}: quic {what}: {e}"));
     let (mut send, recv) = opened.map_err(|e| failed("opening a stream", &e))?;
     let mut out = Vec::with_capacity(64 + req.key.len());
-    wire::encode_request(&mut out, STREAM_REQUEST_ID, &req.key, req.offset, req.len);
+    // QUIC paces with its own congestion controller (quinn's pacer): no pace on the wire.
+    wire::encode_request(&mut out, STREAM_REQUEST_ID, &req.key, req.offset, req.len, None);
     send.write_all(&out)
         .await
         .map_err(|e| failed("sending a request", &e))?;

@@ -207,7 +207,10 @@ async fn stream<S: FragmentStore>(out: SendStream, mut recv: RecvStream, conn: C
         Ok(Ok(Some(frame))) => frame,
     };
     drop(recv);
-    let Frame::Request { id, key, offset, len } = request else {
+    let Frame::Request {
+        id, key, offset, len, ..
+    } = request
+    else {
         unreachable!("read_request returns requests only")
     };
     let max = ctx.cfg.max_request_bytes();
