@@ -231,6 +231,47 @@ async fn a_hung_server_times_out_naming_it_and_a_replica_rescues_the_read() {
     assert_eq!(out.report.fragments[2].server, Some(ServerId(4)), "{:?}", out.report);
     assert!(out.report.fragments[2].hedges >= 1, "{:?}", out.report);
     assert!(out.report.elapsed < Duration::from_millis(500), "{:?}", out.report);
+    // The client's totals carry the read's hedges for a service's metrics.
+    let n = client.counters();
+    assert_eq!((n.reads, n.reads_failed, n.bytes), (1, 0, 4 * 64 * 1024));
+    assert_eq!(n.hedges, out.report.stats.hedges);
+    assert_eq!(
+        n.hedges_won + n.hedges_spurious,
+        out.report.stats.hedges_won + out.report.stats.hedges_spurious
+    );
+    assert!(n.hedges >= 1 && n.grants >= 4, "{n:?}");
+}
+
+/// `Client::counters` sums every read: successes, refusals and failures, never a failed
+/// read's bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_counters_sum_every_read() {
+    let lens = vec![10_000, 20_000, 30_000];
+    let c = cluster(&lens, &[], ClientConfig::default()).await;
+    assert_eq!(c.client.counters(), incast_rpc::ClientCounters::default());
+    let mut grants = 0;
+    for _ in 0..3 {
+        let out = c
+            .client
+            .fan_in_read(&stripe_of(&lens), &Policy::default())
+            .await
+            .unwrap();
+        grants += out.report.stats.grants;
+    }
+    let unknown = Stripe::new(vec![Fragment::new(ServerId(99), "blk", 0, 10)]).unwrap();
+    assert!(matches!(
+        c.client.fan_in_read(&unknown, &Policy::default()).await,
+        Err(FanInError::UnknownServer { .. })
+    ));
+    let missing = Stripe::new(vec![Fragment::new(ServerId(0), "nope", 0, 10)]).unwrap();
+    assert!(c.client.fan_in_read(&missing, &Policy::default()).await.is_err());
+    let n = c.client.counters();
+    assert_eq!((n.reads, n.reads_failed), (5, 2), "{n:?}");
+    assert_eq!(n.bytes, 3 * 60_000);
+    assert!(
+        n.grants > grants,
+        "the failed read's grants count too: {n:?} vs {grants}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,6 +1,7 @@
 //! What a read returns ([`ReadOutput`], [`ReadReport`]) and why it fails ([`FanInError`]).
 
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use incast_core::receiver::PortReport;
@@ -116,4 +117,91 @@ pub struct ReadOutput {
     pub block: Vec<u8>,
     /// What happened.
     pub report: ReadReport,
+}
+
+/// Totals over every read a [`crate::Client`] ran, for a service's metrics
+/// ([`crate::Client::counters`]). Monotonic from the client's creation; a snapshot.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClientCounters {
+    /// Reads started (`fan_in_read` calls, refused ones included).
+    pub reads: u64,
+    /// Reads that returned an error.
+    pub reads_failed: u64,
+    /// Bytes of the blocks returned.
+    pub bytes: u64,
+    /// Grants (requests) issued.
+    pub grants: u64,
+    /// Hedges issued.
+    pub hedges: u64,
+    /// Hedges whose answer arrived first.
+    pub hedges_won: u64,
+    /// Hedges whose original still completed first.
+    pub hedges_spurious: u64,
+    /// Re-requests after failures.
+    pub retries: u64,
+    /// Kernel RTOs the servers reported while answering.
+    pub kernel_rtos: u64,
+    /// TCP retransmits the servers reported while answering.
+    pub retransmits: u64,
+    /// QUIC loss-recovery episodes the servers reported.
+    pub quic_loss_events: u64,
+}
+
+/// The client's running totals behind [`ClientCounters`].
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    reads: AtomicU64,
+    reads_failed: AtomicU64,
+    bytes: AtomicU64,
+    grants: AtomicU64,
+    hedges: AtomicU64,
+    hedges_won: AtomicU64,
+    hedges_spurious: AtomicU64,
+    retries: AtomicU64,
+    kernel_rtos: AtomicU64,
+    retransmits: AtomicU64,
+    quic_loss_events: AtomicU64,
+}
+
+impl Counters {
+    /// Counts a read that ended: `bytes` returned (0 on failure) and what its report says.
+    pub(crate) fn record(&self, ok: bool, bytes: u64, r: &ReadReport) {
+        let add = |c: &AtomicU64, v: u64| {
+            c.fetch_add(v, Ordering::Relaxed);
+        };
+        add(&self.reads, 1);
+        add(&self.reads_failed, u64::from(!ok));
+        add(&self.bytes, bytes);
+        add(&self.grants, r.stats.grants);
+        add(&self.hedges, r.stats.hedges);
+        add(&self.hedges_won, r.stats.hedges_won);
+        add(&self.hedges_spurious, r.stats.hedges_spurious);
+        add(&self.retries, r.stats.retries);
+        add(&self.kernel_rtos, r.kernel_rtos);
+        add(&self.retransmits, r.retransmits);
+        add(&self.quic_loss_events, r.quic_loss_events);
+    }
+
+    /// Counts a read refused before it started.
+    pub(crate) fn refused(&self) {
+        self.record(false, 0, &ReadReport::default());
+    }
+
+    pub(crate) fn snapshot(&self) -> ClientCounters {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        ClientCounters {
+            reads: get(&self.reads),
+            reads_failed: get(&self.reads_failed),
+            bytes: get(&self.bytes),
+            grants: get(&self.grants),
+            hedges: get(&self.hedges),
+            hedges_won: get(&self.hedges_won),
+            hedges_spurious: get(&self.hedges_spurious),
+            retries: get(&self.retries),
+            kernel_rtos: get(&self.kernel_rtos),
+            retransmits: get(&self.retransmits),
+            quic_loss_events: get(&self.quic_loss_events),
+        }
+    }
 }
