@@ -964,6 +964,11 @@ impl Receiver {
     pub fn block_len(&self, read: ReadKey) -> Option<u64> {
         self.read(read).map(|r| r.block_len)
     }
+    /// Bytes of fragment `fragment` of read `read` confirmed so far
+    /// ([`Scheduler::fragment_confirmed`]; `None`: not a live read, or no such fragment).
+    pub fn fragment_confirmed(&self, read: ReadKey, fragment: usize) -> Option<u64> {
+        self.read(read).and_then(|r| r.sched.fragment_confirmed(fragment))
+    }
     /// Port-wide counters.
     pub fn stats(&self) -> ReceiverStats {
         ReceiverStats {

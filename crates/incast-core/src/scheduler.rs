@@ -923,6 +923,13 @@ impl Scheduler {
     pub fn block_len(&self) -> u64 {
         self.block_len
     }
+    /// Bytes of fragment `fragment` confirmed so far (`None`: no such fragment). A fragment
+    /// is whole, and its bytes final, once this equals its length: a transport that hands
+    /// fragments to the caller as they complete uses it (late and duplicate completions of
+    /// hedged grants are not counted twice).
+    pub fn fragment_confirmed(&self, fragment: usize) -> Option<u64> {
+        self.frags.get(fragment).map(|f| f.confirmed)
+    }
     /// The effective in-flight budget (B, or less under adaptation).
     pub fn effective_budget(&self) -> u64 {
         self.budget_eff

@@ -37,8 +37,8 @@ pub mod tune;
 pub mod wire;
 
 pub use client::{
-    Client, ClientConfig, ClientConfigBuilder, ClientConfigError, ClientCounters, FanInError, FragmentReport,
-    ReadOutput, ReadReport, Transport,
+    Client, ClientConfig, ClientConfigBuilder, ClientConfigError, ClientCounters, CompletedFragment, FanInError,
+    FragmentReport, FragmentStream, ReadOutput, ReadReport, Transport,
 };
 pub use port::Sharing;
 pub use server::{serve, ServerConfig, ServerConfigBuilder, ServerConfigError, ServerHandle, ServerStats};

@@ -216,6 +216,15 @@ impl ReadSched {
         }
     }
 
+    /// Bytes of fragment `fragment` confirmed so far (0 if unknown).
+    pub(crate) fn fragment_confirmed(&self, fragment: usize) -> u64 {
+        match self {
+            ReadSched::Own(s) => s.fragment_confirmed(fragment),
+            ReadSched::Shared(s) => s.port.lock().rx.fragment_confirmed(s.key, fragment),
+        }
+        .unwrap_or(0)
+    }
+
     /// Loss the servers reported: the port's budget reacts (a read alone ignores it: its
     /// policy's adaptation works on stalls and delay).
     pub(crate) fn on_loss(&mut self, now: Instant, retransmits: u64, rtos: u64) {

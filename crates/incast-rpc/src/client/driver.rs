@@ -14,6 +14,7 @@ use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
+use super::dest::Dest;
 use super::{Client, FanInError, FragmentReport, ReadReport, Transport};
 use crate::port::ReadSched;
 use crate::timer::HrTimer;
@@ -121,7 +122,7 @@ pub(super) struct Driver<'a> {
     client: &'a Client,
     stripe: &'a Stripe,
     pub(super) sched: ReadSched,
-    pub(super) block: Vec<u8>,
+    pub(super) dest: Dest<'a>,
     scratch: Vec<u8>,
     conns: Vec<Conn>,
     by_lane: HashMap<(ServerId, Lane), usize>,
@@ -160,6 +161,7 @@ impl<'a> Driver<'a> {
         stripe: &'a Stripe,
         #[cfg_attr(not(feature = "quic"), allow(unused_variables))] policy: &incast_core::Policy,
         sched: ReadSched,
+        dest: Dest<'a>,
         tuning: SocketTuning,
         start: Instant,
     ) -> Self {
@@ -168,7 +170,7 @@ impl<'a> Driver<'a> {
             client,
             stripe,
             sched,
-            block: vec![0u8; stripe.block_len() as usize],
+            dest,
             scratch: Vec::new(),
             conns: Vec::new(),
             by_lane: HashMap::new(),
@@ -271,6 +273,7 @@ impl<'a> Driver<'a> {
                     };
                     let fr = &mut self.report.fragments[g.fragment];
                     fr.grants += 1;
+                    fr.granted.get_or_insert(self.start.elapsed());
                     fr.hedges += u32::from(g.kind == GrantKind::Hedge);
                     let c = &mut self.conns[i];
                     let req = c.next_req;
@@ -340,6 +343,7 @@ impl<'a> Driver<'a> {
         };
         let fr = &mut self.report.fragments[g.fragment];
         fr.grants += 1;
+        fr.granted.get_or_insert(self.start.elapsed());
         fr.hedges += u32::from(g.kind == GrantKind::Hedge);
         self.report.quic_requests += 1;
         let req = crate::quic::StreamRequest {
@@ -394,7 +398,7 @@ impl<'a> Driver<'a> {
                         self.fail_stream(g, why);
                         return Ok(());
                     }
-                    self.block[at..at + c.len()].copy_from_slice(c);
+                    self.dest.region(s.fragment, at as u64, c.len()).copy_from_slice(c);
                     s.crc = crc32c::crc32c_append(s.crc, c);
                     s.received += c.len() as u64;
                 }
@@ -577,8 +581,8 @@ impl<'a> Driver<'a> {
                         return Outcome::Broken(format!("{server} sent more data than request {id} asked for"));
                     }
                     if f.grant.is_some() {
-                        let at = (f.block_offset + f.received) as usize;
-                        c.stream.try_read(&mut self.block[at..at + room])
+                        let at = f.block_offset + f.received;
+                        c.stream.try_read(self.dest.region(f.fragment, at, room))
                     } else {
                         self.scratch.resize(SCRATCH, 0);
                         let n = room.min(SCRATCH);
@@ -628,12 +632,12 @@ impl<'a> Driver<'a> {
                 let done = *left == 0;
                 let f = c.inflight.front_mut().expect("checked before reading");
                 if let Some(g) = f.grant {
-                    let at = (f.block_offset + f.received) as usize;
-                    f.crc = crc32c::crc32c_append(f.crc, &self.block[at..at + n]);
+                    let at = f.block_offset + f.received;
+                    f.crc = crc32c::crc32c_append(f.crc, self.dest.region(f.fragment, at, n));
                     f.received += n as u64;
                     let fragment = f.fragment;
                     match self.sched.on_bytes(now, g, n as u64) {
-                        Ok(Delivery::Write { block_offset }) => debug_assert_eq!(block_offset as usize, at),
+                        Ok(Delivery::Write { block_offset }) => debug_assert_eq!(block_offset, at),
                         Ok(Delivery::Discard) => {}
                         Err(e) => return Err(format!("{server}: {e}")),
                     }
@@ -762,10 +766,18 @@ impl<'a> Driver<'a> {
             return Ok(());
         }
         self.sched.on_done(now, g).map_err(|e| format!("{server}: {e}"))?;
+        // The scheduler's count, not `+= got.len`: the late end of a hedged original is not
+        // counted twice.
+        let confirmed = self.sched.fragment_confirmed(got.fragment);
         let fr = &mut self.report.fragments[got.fragment];
-        fr.server = Some(server);
-        fr.bytes += got.len;
-        fr.done = Some(now - self.start);
+        if confirmed > fr.bytes {
+            fr.bytes = confirmed;
+            fr.server = Some(server);
+            fr.done = Some(now - self.start);
+            if confirmed == self.stripe.fragment(got.fragment).len() {
+                self.dest.complete(got.fragment, Some(server), now - self.start);
+            }
+        }
         Ok(())
     }
 
@@ -790,6 +802,11 @@ impl<'a> Driver<'a> {
             self.grant_conn.remove(&g);
             let _ = self.sched.on_failed(now, g);
         }
+    }
+
+    /// The destination, once the read is over.
+    pub(super) fn into_dest(self) -> Dest<'a> {
+        self.dest
     }
 
     /// Returns clean, idle connections to the pool; drops the rest.

@@ -41,7 +41,20 @@
 //! Split along the lines the client-wide receiver draws (quinn's endpoint / connection, tower's
 //! folder per concern): `config` (settings and their builder), `report` (what a read returns
 //! and why it fails), this module (the pool and `fan_in_read`), `driver` (one read over its
-//! sockets and QUIC streams), and the crate's `port` module (the reads' shared receiver).
+//! sockets and QUIC streams), `dest` (where the bytes land: a block, the caller's buffer, or
+//! one buffer per fragment), `stream` ([`FragmentStream`]), and the crate's `port` module (the
+//! reads' shared receiver).
+//!
+//! # Three ways to take a block
+//!
+//! - [`Client::fan_in_read`]: the block in one `Vec<u8>`, at the end.
+//! - [`Client::fan_in_read_into`]: into the caller's memory (`&mut [u8]`, so a `BytesMut` or
+//!   an aligned buffer), with no copy beyond the kernel's over TCP.
+//! - [`Client::fan_in_read_stream`]: each fragment the moment it is whole and checked, in
+//!   completion order, as [`bytes::Bytes`] (one buffer per fragment, frozen without a copy).
+//!
+//! All three run the same driver and scheduling; a fragment is handed over when the scheduler
+//! has confirmed all of its bytes, so a hedge's late original never delivers it twice.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -56,18 +69,23 @@ use crate::port::{Port, ReadSched, SharedRead, Sharing};
 use crate::tune::SocketTuning;
 
 mod config;
+mod dest;
 mod driver;
 mod report;
+mod stream;
 
 pub use config::{
     ClientConfig, ClientConfigBuilder, ClientConfigError, Transport, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_BLOCK_BYTES,
     DEFAULT_READ_TIMEOUT,
 };
+pub use dest::CompletedFragment;
+use dest::Dest;
 use driver::{Conn, Driver};
 #[cfg(feature = "quic")]
 pub(crate) use driver::{StreamEvent, StreamEventKind};
 use report::Counters;
 pub use report::{ClientCounters, FanInError, FragmentReport, ReadOutput, ReadReport};
+pub use stream::FragmentStream;
 
 /// The client: server addresses and a pool of idle connections (a primary and a spare per
 /// server). Cheap to share: wrap it in an `Arc`; concurrent reads use separate connections.
@@ -181,7 +199,91 @@ impl Client {
         policy: &Policy,
         opts: ReadOptions,
     ) -> Result<ReadOutput, FanInError> {
-        let start = Instant::now();
+        self.admit(stripe)?;
+        let (result, report, dest) = self
+            .run_read(
+                stripe,
+                policy,
+                opts,
+                Dest::Block(vec![0u8; stripe.block_len() as usize]),
+            )
+            .await;
+        result?;
+        let Dest::Block(block) = dest else {
+            unreachable!("run_read gives back the destination it was given")
+        };
+        Ok(ReadOutput { block, report })
+    }
+
+    /// Reads the block `stripe` describes into `buf`, the caller's memory (an aligned or
+    /// pooled buffer of a storage engine; a `BytesMut` derefs to one). Over TCP the bytes go
+    /// from the socket straight into `buf`, with no copy beyond the kernel's.
+    ///
+    /// `buf` must be exactly the block's length ([`FanInError::BufferLength`] otherwise,
+    /// before anything is sent). On an error `buf` holds an unspecified mix of received bytes
+    /// and what it held before: never use it as data then.
+    ///
+    /// ```no_run
+    /// # async fn f(client: incast_rpc::Client, stripe: incast_core::Stripe) -> Result<(), incast_rpc::FanInError> {
+    /// let mut buf = bytes::BytesMut::zeroed(stripe.block_len() as usize);
+    /// let report = client.fan_in_read_into(&stripe, &incast_core::Policy::default(), &mut buf).await?;
+    /// println!("{} bytes in {:?}", buf.len(), report.elapsed);
+    /// # Ok(()) }
+    /// ```
+    pub async fn fan_in_read_into(
+        &self,
+        stripe: &Stripe,
+        policy: &Policy,
+        buf: &mut [u8],
+    ) -> Result<ReadReport, FanInError> {
+        self.admit(stripe)?;
+        if buf.len() as u64 != stripe.block_len() {
+            return Err(FanInError::BufferLength {
+                len: buf.len() as u64,
+                need: stripe.block_len(),
+            });
+        }
+        let (result, report, _) = self
+            .run_read(stripe, policy, ReadOptions::default(), Dest::Caller(buf))
+            .await;
+        result.map(|()| report)
+    }
+
+    /// Reads the block `stripe` describes and yields each fragment the moment it is whole
+    /// and checked, in completion order, for an aggregator that acts on each server's answer
+    /// as it lands. The first fragment reaches the caller while later ones are still being
+    /// granted. Each fragment is its own buffer, frozen into [`bytes::Bytes`] without a copy.
+    ///
+    /// The stream drives the read: poll it to make progress. It ends after every fragment, or
+    /// after one `Err` (then no further fragment is yielded, and those already yielded are
+    /// still whole and correct). [`FragmentStream::report`] gives the read's report once it
+    /// ended. Dropping the stream cancels the read and frees its share of the port.
+    ///
+    /// ```no_run
+    /// # async fn f(client: incast_rpc::Client, stripe: incast_core::Stripe) -> Result<(), incast_rpc::FanInError> {
+    /// use futures_util::StreamExt;
+    /// let policy = incast_core::Policy::default();
+    /// let mut results = client.fan_in_read_stream(&stripe, &policy);
+    /// while let Some(fragment) = results.next().await {
+    ///     let fragment = fragment?;
+    ///     println!("fragment {} from {:?}: {} bytes", fragment.index, fragment.server, fragment.data.len());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn fan_in_read_stream<'a>(&'a self, stripe: &'a Stripe, policy: &'a Policy) -> FragmentStream<'a> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let run = async move {
+            self.admit(stripe)?;
+            let (result, report, _) = self
+                .run_read(stripe, policy, ReadOptions::default(), Dest::fragments(stripe, tx))
+                .await;
+            result.map(|()| report)
+        };
+        FragmentStream::new(Box::pin(run), rx)
+    }
+
+    /// Refuses a read this client cannot run, before anything is allocated or sent.
+    fn admit(&self, stripe: &Stripe) -> Result<(), FanInError> {
         if stripe.block_len() > self.config.max_block_bytes {
             self.counters.refused();
             return Err(FanInError::BlockTooLarge {
@@ -197,6 +299,18 @@ impl Client {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Runs one admitted read into `dest`; gives back the outcome, the report and `dest`.
+    async fn run_read<'a>(
+        &'a self,
+        stripe: &'a Stripe,
+        policy: &'a Policy,
+        opts: ReadOptions,
+        dest: Dest<'a>,
+    ) -> (Result<(), FanInError>, ReadReport, Dest<'a>) {
+        let start = Instant::now();
         let seed = self.reads.fetch_add(1, Ordering::Relaxed) ^ (u64::from(std::process::id()) << 32);
         #[cfg(feature = "quic")]
         if let (Transport::TcpWithQuicFallback, Some(q)) = (self.config.transport, &self.quic) {
@@ -214,21 +328,21 @@ impl Client {
                 self.rtt.lock().unwrap_or_else(|e| e.into_inner()).clone(),
             ),
         };
-        let mut d = Driver::new(self, stripe, policy, sched, self.tuning_for(policy), start);
+        let mut d = Driver::new(self, stripe, policy, sched, dest, self.tuning_for(policy), start);
         let result = d.run().await;
         d.report.elapsed = start.elapsed();
+        if result.is_ok() {
+            d.dest.complete_rest(d.report.elapsed);
+        }
         if let Some(rtt) = d.sched.rtt_to_carry() {
             *self.rtt.lock().unwrap_or_else(|e| e.into_inner()) = Some(rtt);
         }
         (d.report.stats, d.report.port) = d.sched.finish();
-        let bytes = if result.is_ok() { d.block.len() as u64 } else { 0 };
+        let bytes = if result.is_ok() { stripe.block_len() } else { 0 };
         self.counters.record(result.is_ok(), bytes, &d.report);
         d.release_connections();
-        result?;
-        Ok(ReadOutput {
-            block: std::mem::take(&mut d.block),
-            report: std::mem::take(&mut d.report),
-        })
+        let report = std::mem::take(&mut d.report);
+        (result, report, d.into_dest())
     }
 
     /// The socket options of a read's connections: the client's, with the policy's window cap.

@@ -25,6 +25,14 @@ pub enum FanInError {
         /// The limit.
         max: u64,
     },
+    /// The caller's buffer ([`crate::Client::fan_in_read_into`]) is not the block's length.
+    #[error("buffer of {len} bytes for a block of {need} bytes")]
+    BufferLength {
+        /// The buffer's length.
+        len: u64,
+        /// The block's length.
+        need: u64,
+    },
     /// A fragment could not be read from any of its servers.
     #[error("{source}; last cause: {cause}")]
     Failed {
@@ -66,6 +74,9 @@ pub struct FragmentReport {
     pub grants: u32,
     /// Hedges fired for it.
     pub hedges: u32,
+    /// Time from the start of the read to its first grant (the rest is time waiting for
+    /// admission at the port).
+    pub granted: Option<Duration>,
     /// Time from the start of the read to its first byte.
     pub first_byte: Option<Duration>,
     /// Time from the start of the read to its last confirmed byte.
