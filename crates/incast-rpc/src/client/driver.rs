@@ -105,6 +105,8 @@ impl Rx {
 #[derive(Debug)]
 pub(super) struct Conn {
     server: ServerId,
+    /// The address it was opened to (a server may move: [`Client::add_server`]).
+    addr: SocketAddr,
     lane: Lane,
     stream: Arc<TcpStream>,
     rx: Rx,
@@ -200,6 +202,7 @@ impl<'a> Driver<'a> {
         let overall = tokio::time::sleep_until(deadline.into());
         tokio::pin!(overall);
         let routed = self.sched.notify();
+        let mut members = self.client.membership.subscribe();
         loop {
             self.perform_actions().await;
             if self.sched.is_finished() {
@@ -226,6 +229,7 @@ impl<'a> Driver<'a> {
                     }
                     while self.tasks.try_join_next().is_some() {}
                 }
+                Ok(()) = members.changed() => self.on_membership(),
                 fired = timer.fired() => {
                     fired.map_err(FanInError::Timer)?;
                     // Bytes already in a socket are progress: read them before judging stalls,
@@ -245,6 +249,11 @@ impl<'a> Driver<'a> {
             }
         }
         if let Some(err) = self.sched.error() {
+            if let incast_core::ReadError::ServerFailed { server, fragment, .. } = err {
+                if self.client.addr_of(server).is_none() {
+                    return Err(FanInError::ServerRemoved { server, fragment });
+                }
+            }
             return Err(FanInError::Failed {
                 source: err,
                 cause: std::mem::take(&mut self.last_cause),
@@ -316,6 +325,29 @@ impl<'a> Driver<'a> {
         }
     }
 
+    /// The client's members changed: lets go of connections and QUIC requests to servers that
+    /// left or moved. Their requests fail, so the scheduler retries them on a replica (or at
+    /// the new address), or fails the read naming the server.
+    fn on_membership(&mut self) {
+        for i in 0..self.conns.len() {
+            let c = &self.conns[i];
+            if !c.broken && self.client.addr_of(c.server) != Some(c.addr) {
+                let why = format!("{} at {} was removed from the client", c.server, c.addr);
+                self.break_conn(i, why);
+            }
+        }
+        let gone: Vec<GrantId> = self
+            .streams
+            .iter()
+            .filter(|(_, s)| self.client.addr_of(s.server).is_none())
+            .map(|(&g, _)| g)
+            .collect();
+        for g in gone {
+            let server = self.streams[&g].server;
+            self.fail_stream(g, format!("{server} was removed from the client"));
+        }
+    }
+
     /// Whether grant `g` goes over QUIC. With the fallback, a hedge does, and so does every
     /// later grant to a server that needed one in this read: its TCP connection is stuck
     /// behind a lost segment until the kernel's RTO, and requests queued on it would stall too.
@@ -341,6 +373,11 @@ impl<'a> Driver<'a> {
         let Some(q) = self.client.quic.clone() else {
             unreachable!("ClientConfigBuilder::build refuses QUIC transports without quic settings")
         };
+        let Some(addr) = self.client.addr_of(g.server) else {
+            self.last_cause = format!("{} was removed from the client", g.server);
+            let _ = self.sched.on_failed(Instant::now(), g.id);
+            return;
+        };
         let fr = &mut self.report.fragments[g.fragment];
         fr.grants += 1;
         fr.granted.get_or_insert(self.start.elapsed());
@@ -349,7 +386,7 @@ impl<'a> Driver<'a> {
         let req = crate::quic::StreamRequest {
             grant: g.id,
             server: g.server,
-            addr: self.client.addrs[&g.server],
+            addr,
             flow: self.flow,
             key: self.stripe.fragment(g.fragment).key().to_owned(),
             offset: g.object_offset,
@@ -464,10 +501,12 @@ impl<'a> Driver<'a> {
                 return Ok(i);
             }
         }
-        let conn = match self.client.take_idle((server, lane)) {
+        let Some(addr) = self.client.addr_of(server) else {
+            return Err(format!("{server} was removed from the client"));
+        };
+        let conn = match self.client.take_idle((server, lane)).filter(|c| c.addr == addr) {
             Some(c) => c,
             None => {
-                let addr = self.client.addrs[&server];
                 let (stream, report) = connect(addr, &self.tuning, self.client.config.connect_timeout)
                     .await
                     .map_err(|e| format!("connecting to {server} at {addr}: {e}"))?;
@@ -475,6 +514,7 @@ impl<'a> Driver<'a> {
                 self.report.connects += 1;
                 Conn {
                     server,
+                    addr,
                     lane,
                     stream: Arc::new(stream),
                     rx: Rx::new(),
@@ -814,7 +854,9 @@ impl<'a> Driver<'a> {
         let mut idle = self.client.idle.lock().unwrap_or_else(|e| e.into_inner());
         for c in self.conns.drain(..) {
             let clean = matches!(c.rx, Rx::Header { have: 0, .. });
-            if !c.broken && c.inflight.is_empty() && c.out.is_empty() && clean {
+            // A server that left or moved during the read keeps no pooled connection.
+            let member = self.client.addr_of(c.server) == Some(c.addr);
+            if !c.broken && c.inflight.is_empty() && c.out.is_empty() && clean && member {
                 idle.entry((c.server, c.lane))
                     .or_default()
                     .push(Conn { waiting: false, ..c });

@@ -59,7 +59,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
 use incast_core::receiver::{ReadOptions, ReceiverStats};
@@ -104,7 +104,10 @@ pub use stream::FragmentStream;
 /// ```
 #[derive(Debug)]
 pub struct Client {
-    addrs: HashMap<ServerId, SocketAddr>,
+    /// The members: server ids and addresses ([`Client::add_server`], [`Client::remove_server`]).
+    addrs: RwLock<HashMap<ServerId, SocketAddr>>,
+    /// Bumped on every removal or move, so running reads drop connections to servers gone.
+    membership: tokio::sync::watch::Sender<u64>,
     config: ClientConfig,
     #[cfg(feature = "quic")]
     quic: Option<Arc<crate::quic::QuicClient>>,
@@ -128,7 +131,8 @@ impl Client {
     /// A client for these servers.
     pub fn with_config(addrs: impl IntoIterator<Item = (ServerId, SocketAddr)>, config: ClientConfig) -> Self {
         Self {
-            addrs: addrs.into_iter().collect(),
+            addrs: RwLock::new(addrs.into_iter().collect()),
+            membership: tokio::sync::watch::Sender::new(0),
             #[cfg(feature = "quic")]
             quic: config
                 .quic
@@ -142,6 +146,70 @@ impl Client {
             reads: AtomicU64::new(0),
             counters: Counters::default(),
         }
+    }
+
+    /// Adds server `id` at `addr`, or moves it there; returns its previous address. Reads
+    /// started from now on may name it. Moving a server drops its pooled connections, and
+    /// running reads let go of their connections to the old address (their requests there
+    /// are retried on a replica, or at the new address). Other servers' pooled connections and
+    /// the port's RTT and rate state are kept.
+    ///
+    /// ```
+    /// use incast_core::ServerId;
+    /// let client = incast_rpc::Client::new([]);
+    /// assert_eq!(client.add_server(ServerId(7), "127.0.0.1:7000".parse().unwrap()), None);
+    /// assert_eq!(client.servers().len(), 1);
+    /// ```
+    pub fn add_server(&self, id: ServerId, addr: SocketAddr) -> Option<SocketAddr> {
+        let old = self.addrs.write().unwrap_or_else(|e| e.into_inner()).insert(id, addr);
+        if old.is_some_and(|old| old != addr) {
+            self.forget(id);
+        }
+        old
+    }
+
+    /// Removes server `id`; returns its address if it was a member. Reads started from now on
+    /// that name it fail with [`FanInError::UnknownServer`]. Running reads stop using it at
+    /// once: their requests to it are retried on a replica, or the read fails with
+    /// [`FanInError::ServerRemoved`]. Its pooled connections are closed; everything else is
+    /// kept.
+    pub fn remove_server(&self, id: ServerId) -> Option<SocketAddr> {
+        let old = self.addrs.write().unwrap_or_else(|e| e.into_inner()).remove(&id);
+        if old.is_some() {
+            self.forget(id);
+        }
+        old
+    }
+
+    /// The members, sorted by id.
+    pub fn servers(&self) -> Vec<(ServerId, SocketAddr)> {
+        let mut v: Vec<_> = self
+            .addrs
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(&s, &a)| (s, a))
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// The address of member `id`.
+    fn addr_of(&self, id: ServerId) -> Option<SocketAddr> {
+        self.addrs.read().unwrap_or_else(|e| e.into_inner()).get(&id).copied()
+    }
+
+    /// Drops what the client pooled for `id` and tells running reads the members changed.
+    fn forget(&self, id: ServerId) {
+        self.idle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|&(s, _), _| s != id);
+        #[cfg(feature = "quic")]
+        if let Some(q) = &self.quic {
+            q.forget(id);
+        }
+        self.membership.send_modify(|epoch| *epoch += 1);
     }
 
     /// The tuning report of the most recent connection this client opened, as text.
@@ -291,9 +359,10 @@ impl Client {
                 max: self.config.max_block_bytes,
             });
         }
+        let addrs = self.addrs.read().unwrap_or_else(|e| e.into_inner());
         for f in stripe.fragments() {
             for s in std::iter::once(f.server()).chain(f.replicas().iter().copied()) {
-                if !self.addrs.contains_key(&s) {
+                if !addrs.contains_key(&s) {
                     self.counters.refused();
                     return Err(FanInError::UnknownServer { server: s });
                 }
@@ -316,7 +385,9 @@ impl Client {
         if let (Transport::TcpWithQuicFallback, Some(q)) = (self.config.transport, &self.quic) {
             let flow = crate::quic::Flow::of(policy);
             for s in stripe.fragments().iter().map(|f| f.server()) {
-                q.prewarm(s, self.addrs[&s], flow);
+                if let Some(addr) = self.addr_of(s) {
+                    q.prewarm(s, addr, flow);
+                }
             }
         }
         let sched = match &self.port {

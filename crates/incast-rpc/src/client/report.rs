@@ -41,6 +41,15 @@ pub enum FanInError {
         /// What went wrong on the last failed request, as seen on the wire.
         cause: String,
     },
+    /// A fragment's last server was removed from the client while the read ran
+    /// ([`crate::Client::remove_server`]) and no replica was left to try.
+    #[error("fragment {fragment} failed: {server} was removed from the client and no replica is left")]
+    ServerRemoved {
+        /// The server removed.
+        server: ServerId,
+        /// Index of the fragment it held.
+        fragment: usize,
+    },
     /// The read passed its deadline.
     #[error("read timed out after {after:?}, still waiting on {}", list(waiting_on))]
     Timeout {

@@ -171,6 +171,15 @@ impl QuicClient {
         }
     }
 
+    /// Drops the pooled connections to `server` (it left the client, or moved): the next
+    /// request opens a new one. Requests running on them keep their handles until they end.
+    pub(crate) fn forget(&self, server: ServerId) {
+        self.slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|&(s, _), _| s != server);
+    }
+
     /// Starts the handshake with `server` in the background if no connection is pooled, so
     /// the first hedge that falls back to QUIC does not pay for it.
     pub(crate) fn prewarm(self: &Arc<Self>, server: ServerId, addr: SocketAddr, flow: Flow) {
