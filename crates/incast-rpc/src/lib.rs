@@ -33,6 +33,7 @@ pub mod store;
 mod sys;
 pub mod tcpinfo;
 pub mod timer;
+mod trace;
 pub mod tune;
 pub mod wire;
 

@@ -44,9 +44,25 @@ struct Outbox {
 struct Inner {
     rx: Receiver,
     outboxes: HashMap<ReadKey, Outbox>,
+    /// The budget last seen, for the `tracing` event of a change.
+    #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+    budget: u64,
 }
 
 impl Inner {
+    /// Emits a `tracing` event if the port's budget moved since the last look (one
+    /// comparison otherwise), in the span of the read whose event moved it.
+    fn note_budget(&mut self) {
+        #[cfg(feature = "tracing")]
+        {
+            let now = self.rx.budget();
+            if now != self.budget {
+                tracing::debug!(budget = now, was = self.budget, "port budget changed");
+                self.budget = now;
+            }
+        }
+    }
+
     /// Moves every action the receiver has into its read's outbox, waking the other reads.
     fn pump(&mut self, now: Instant, me: Option<ReadKey>) {
         while let Some((rk, a)) = self.rx.poll_action(now) {
@@ -69,9 +85,13 @@ pub(crate) struct Port {
 impl Port {
     pub(crate) fn new(config: ReceiverConfig) -> Self {
         Self {
-            inner: Mutex::new(Inner {
-                rx: Receiver::new(config),
-                outboxes: HashMap::new(),
+            inner: Mutex::new({
+                let rx = Receiver::new(config);
+                Inner {
+                    budget: rx.budget(),
+                    rx,
+                    outboxes: HashMap::new(),
+                }
             }),
         }
     }
@@ -190,7 +210,9 @@ impl ReadSched {
         match self {
             ReadSched::Own(s) => s.handle_timeout(now),
             ReadSched::Shared(s) => {
-                let _ = s.port.lock().rx.handle_timeout_of(now, s.key);
+                let mut g = s.port.lock();
+                let _ = g.rx.handle_timeout_of(now, s.key);
+                g.note_budget();
             }
         }
     }
@@ -198,21 +220,36 @@ impl ReadSched {
     pub(crate) fn on_bytes(&mut self, now: Instant, id: GrantId, n: u64) -> Result<Delivery, EventError> {
         match self {
             ReadSched::Own(s) => s.on_bytes(now, id, n),
-            ReadSched::Shared(s) => s.port.lock().rx.on_bytes(now, s.key, id, n),
+            ReadSched::Shared(s) => {
+                let mut g = s.port.lock();
+                let r = g.rx.on_bytes(now, s.key, id, n);
+                g.note_budget();
+                r
+            }
         }
     }
 
     pub(crate) fn on_done(&mut self, now: Instant, id: GrantId) -> Result<(), EventError> {
         match self {
             ReadSched::Own(s) => s.on_done(now, id),
-            ReadSched::Shared(s) => s.port.lock().rx.on_done(now, s.key, id),
+            ReadSched::Shared(s) => {
+                let mut g = s.port.lock();
+                let r = g.rx.on_done(now, s.key, id);
+                g.note_budget();
+                r
+            }
         }
     }
 
     pub(crate) fn on_failed(&mut self, now: Instant, id: GrantId) -> Result<(), EventError> {
         match self {
             ReadSched::Own(s) => s.on_failed(now, id),
-            ReadSched::Shared(s) => s.port.lock().rx.on_failed(now, s.key, id),
+            ReadSched::Shared(s) => {
+                let mut g = s.port.lock();
+                let r = g.rx.on_failed(now, s.key, id);
+                g.note_budget();
+                r
+            }
         }
     }
 
@@ -229,7 +266,9 @@ impl ReadSched {
     /// policy's adaptation works on stalls and delay).
     pub(crate) fn on_loss(&mut self, now: Instant, retransmits: u64, rtos: u64) {
         if let ReadSched::Shared(s) = self {
-            s.port.lock().rx.on_loss(now, retransmits, rtos);
+            let mut g = s.port.lock();
+            g.rx.on_loss(now, retransmits, rtos);
+            g.note_budget();
         }
     }
 

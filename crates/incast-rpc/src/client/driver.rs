@@ -268,6 +268,23 @@ impl<'a> Driver<'a> {
         while let Some(action) = self.sched.poll_action(Instant::now()) {
             match action {
                 Action::Request(g) => {
+                    match g.kind {
+                        GrantKind::Hedge => crate::trace::event!(
+                            debug,
+                            fragment = g.fragment,
+                            server = %g.server,
+                            bytes = g.len,
+                            "hedge issued"
+                        ),
+                        GrantKind::Retry => crate::trace::event!(
+                            debug,
+                            fragment = g.fragment,
+                            server = %g.server,
+                            bytes = g.len,
+                            "retry issued"
+                        ),
+                        GrantKind::First | GrantKind::Next => {}
+                    }
                     if self.over_quic(&g) {
                         self.start_stream(&g);
                         continue;
@@ -275,8 +292,7 @@ impl<'a> Driver<'a> {
                     let i = match self.conn(g.server, g.lane).await {
                         Ok(i) => i,
                         Err(cause) => {
-                            self.last_cause = cause;
-                            let _ = self.sched.on_failed(Instant::now(), g.id);
+                            self.grant_failed(Instant::now(), g.id, cause);
                             continue;
                         }
                     };
@@ -374,8 +390,11 @@ impl<'a> Driver<'a> {
             unreachable!("ClientConfigBuilder::build refuses QUIC transports without quic settings")
         };
         let Some(addr) = self.client.addr_of(g.server) else {
-            self.last_cause = format!("{} was removed from the client", g.server);
-            let _ = self.sched.on_failed(Instant::now(), g.id);
+            self.grant_failed(
+                Instant::now(),
+                g.id,
+                format!("{} was removed from the client", g.server),
+            );
             return;
         };
         let fr = &mut self.report.fragments[g.fragment];
@@ -470,14 +489,12 @@ impl<'a> Driver<'a> {
                     crc: s.crc,
                 };
                 if let Err(why) = self.end_response(now, g, server, got, crc32c, cancelled, true) {
-                    self.last_cause = why;
-                    let _ = self.sched.on_failed(now, g);
+                    self.grant_failed(now, g, why);
                 }
             }
             StreamEventKind::Refused { code, message } => {
                 self.streams.remove(&g);
-                self.last_cause = format!("{server} answered {code:?}: {message}");
-                let _ = self.sched.on_failed(now, g);
+                self.grant_failed(now, g, format!("{server} answered {code:?}: {message}"));
             }
             StreamEventKind::Failed(why) => self.fail_stream(g, why),
             StreamEventKind::Fatal(e) => return Err(e),
@@ -490,8 +507,15 @@ impl<'a> Driver<'a> {
         if let Some(s) = self.streams.remove(&g) {
             s.task.abort();
         }
+        self.grant_failed(Instant::now(), g, why);
+    }
+
+    /// Grant `g` failed because of `why`: the scheduler retries it on a replica, or fails
+    /// the read (then `why` is the read's last cause).
+    fn grant_failed(&mut self, now: Instant, g: GrantId, why: String) {
+        crate::trace::event!(debug, grant = g.as_u64(), cause = %why, "request failed");
         self.last_cause = why;
-        let _ = self.sched.on_failed(Instant::now(), g);
+        let _ = self.sched.on_failed(now, g);
     }
 
     /// The connection for (server, lane): this read's, a pooled one, or a new one.
@@ -722,9 +746,8 @@ impl<'a> Driver<'a> {
             Frame::Error { id, code, message } => {
                 let f = self.pop_inflight(i, id)?;
                 if let Some(g) = f.grant {
-                    self.last_cause = format!("{server} answered {code:?}: {message}");
                     self.grant_conn.remove(&g);
-                    let _ = self.sched.on_failed(now, g);
+                    self.grant_failed(now, g, format!("{server} answered {code:?}: {message}"));
                 }
                 Ok(())
             }
@@ -795,14 +818,14 @@ impl<'a> Driver<'a> {
         let over = if quic { " over quic" } else { "" };
         let checksum_ok = !self.client.config.verify_checksums || crc32c.is_none_or(|crc| crc == got.crc);
         if cancelled || got.received != got.len || !checksum_ok {
-            self.last_cause = if !checksum_ok {
+            let why = if !checksum_ok {
                 self.report.checksum_failures += 1;
                 format!("{server}: checksum mismatch on {} bytes{over}", got.len)
             } else {
                 let kind = if quic { "quic response" } else { "response" };
                 format!("{server} ended a {kind} after {} of {} bytes", got.received, got.len)
             };
-            let _ = self.sched.on_failed(now, g);
+            self.grant_failed(now, g, why);
             return Ok(());
         }
         self.sched.on_done(now, g).map_err(|e| format!("{server}: {e}"))?;
@@ -836,6 +859,7 @@ impl<'a> Driver<'a> {
         c.broken = true;
         let lost: Vec<GrantId> = c.inflight.drain(..).filter_map(|f| f.grant).collect();
         if !lost.is_empty() {
+            crate::trace::event!(debug, server = %c.server, requests = lost.len(), cause = %why, "connection lost");
             self.last_cause = why;
         }
         for g in lost {

@@ -400,6 +400,11 @@ impl Client {
             ),
         };
         let mut d = Driver::new(self, stripe, policy, sched, dest, self.tuning_for(policy), start);
+        #[cfg(feature = "tracing")]
+        let span = crate::trace::read_span(stripe);
+        #[cfg(feature = "tracing")]
+        let result = tracing::Instrument::instrument(d.run(), span.clone()).await;
+        #[cfg(not(feature = "tracing"))]
         let result = d.run().await;
         d.report.elapsed = start.elapsed();
         if result.is_ok() {
@@ -413,6 +418,8 @@ impl Client {
         self.counters.record(result.is_ok(), bytes, &d.report);
         d.release_connections();
         let report = std::mem::take(&mut d.report);
+        #[cfg(feature = "tracing")]
+        crate::trace::read_ended(&span, &result, &report);
         (result, report, d.into_dest())
     }
 
