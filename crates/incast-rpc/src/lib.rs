@@ -25,6 +25,8 @@ compile_error!("incast-rpc needs Linux (TCP_INFO, TCP_WINDOW_CLAMP, timerfd)");
 pub use incast_core as core;
 
 pub mod client;
+#[cfg(feature = "erasure")]
+pub mod erasure;
 mod port;
 #[cfg(feature = "quic")]
 pub mod quic;

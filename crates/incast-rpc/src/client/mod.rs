@@ -212,6 +212,11 @@ impl Client {
         self.membership.send_modify(|epoch| *epoch += 1);
     }
 
+    /// Largest block (or, for an erasure read, all shards together) this client reads.
+    pub(crate) fn max_block_bytes(&self) -> u64 {
+        self.config.max_block_bytes
+    }
+
     /// The tuning report of the most recent connection this client opened, as text.
     pub fn tuning_report(&self) -> Option<String> {
         self.last_tuning.lock().unwrap_or_else(|e| e.into_inner()).clone()

@@ -1,0 +1,169 @@
+//! k-of-n erasure-coded reads end to end on loopback (`Client::erasure_read`).
+//!
+//! Run: `cargo test --release --test erasure`
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use incast::rpc::erasure::{encode, shard_len, ErasureError, ErasureStripe};
+use incast::rpc::store::{FragmentStore, MemStore, StoreError};
+use incast::rpc::{serve, Client, ClientConfig, ServerConfig, ServerHandle};
+use incast::{Fragment, Hedging, Policy, ServerId};
+
+/// A store that waits `delay` before answering (`Duration::MAX`: never).
+#[derive(Clone)]
+struct Slow {
+    inner: MemStore,
+    delay: Duration,
+}
+
+impl FragmentStore for Slow {
+    async fn read(&self, key: &str, offset: u64, len: u64) -> Result<Bytes, StoreError> {
+        if self.delay == Duration::MAX {
+            std::future::pending::<()>().await;
+        }
+        if !self.delay.is_zero() {
+            // (A zero sleep still waits for the timer wheel's next millisecond tick.)
+            tokio::time::sleep(self.delay).await;
+        }
+        self.inner.read(key, offset, len).await
+    }
+}
+
+struct Ec {
+    servers: Vec<Option<ServerHandle>>,
+    client: Client,
+    stripe: ErasureStripe,
+    block: Vec<u8>,
+}
+
+/// A `len`-byte block in `k` + `m` shards, shard i on server i; `slow` servers answer late.
+async fn ec(len: usize, k: usize, m: usize, slow: &[(usize, Duration)], cfg: ClientConfig) -> Ec {
+    let block: Vec<u8> = (0..len).map(|i| (i * 131 + i / 977) as u8).collect();
+    let shards = encode(&block, k, m).unwrap();
+    let sl = shard_len(len as u64, k).unwrap();
+    let mut servers = Vec::new();
+    for (i, shard) in shards.into_iter().enumerate() {
+        let store = MemStore::new();
+        store.insert(format!("blk/{i}"), shard);
+        let delay = slow.iter().find(|(s, _)| *s == i).map_or(Duration::ZERO, |(_, d)| *d);
+        servers.push(Some(
+            serve(
+                "127.0.0.1:0".parse().unwrap(),
+                Slow { inner: store, delay },
+                ServerConfig::default(),
+            )
+            .await
+            .unwrap(),
+        ));
+    }
+    let client = Client::with_config(
+        servers
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (ServerId(i as u32), s.as_ref().unwrap().local_addr())),
+        cfg,
+    );
+    let frags = (0..k + m)
+        .map(|i| Fragment::new(ServerId(i as u32), format!("blk/{i}"), 0, sl))
+        .collect();
+    Ec {
+        servers,
+        client,
+        stripe: ErasureStripe::new(len as u64, k, frags).unwrap(),
+        block,
+    }
+}
+
+impl Ec {
+    async fn shutdown(self) {
+        for s in self.servers.into_iter().flatten() {
+            s.shutdown().await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_healthy_path_reads_the_data_shards_only() {
+    for (len, k, m) in [(6 << 20, 6, 3), (10 << 20, 10, 4), (1_000_003, 6, 3), (1, 2, 1)] {
+        let c = ec(len, k, m, &[], ClientConfig::default()).await;
+        for _ in 0..3 {
+            let out = c.client.erasure_read(&c.stripe, &Policy::default()).await.unwrap();
+            assert!(out.block == c.block, "{len} {k}+{m}: block differs");
+            let mut used = out.used.clone();
+            used.sort_unstable();
+            assert_eq!(used, (0..k).collect::<Vec<_>>(), "{len} {k}+{m}");
+            assert_eq!(out.parity_requested, 0);
+            assert_eq!(out.decode, Duration::ZERO);
+            assert_eq!(out.bytes_read, k as u64 * c.stripe.shard_len());
+            println!("healthy {len} bytes {k}+{m}: {:?}", out.elapsed);
+        }
+        c.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_server_is_covered_by_parity_not_rerequested() {
+    let mut c = ec(6 << 20, 6, 3, &[], ClientConfig::default()).await;
+    c.servers[2].take().unwrap().shutdown().await;
+    let policy = Policy::builder().hedging(Hedging::Off).build().unwrap();
+    let out = c.client.erasure_read(&c.stripe, &policy).await.unwrap();
+    assert!(out.block == c.block);
+    assert!(!out.used.contains(&2));
+    assert!(
+        out.used.iter().any(|&i| i >= 6),
+        "a parity shard was used: {:?}",
+        out.used
+    );
+    assert_eq!(out.parity_requested, 1);
+    assert_eq!(out.failures.len(), 1);
+    assert_eq!(out.failures[0].0, 2);
+    assert!(out.decode > Duration::ZERO);
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_server_is_covered_long_before_the_deadline() {
+    let cfg = ClientConfig::builder()
+        .read_timeout(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    // 10+4, data shard 4 never answers.
+    let c = ec(10 << 20, 10, 4, &[(4, Duration::MAX)], cfg).await;
+    let t = Instant::now();
+    let out = c.client.erasure_read(&c.stripe, &Policy::default()).await.unwrap();
+    let took = t.elapsed();
+    assert!(out.block == c.block);
+    assert!(!out.used.contains(&4));
+    assert!(out.parity_requested >= 1);
+    assert!(took < Duration::from_secs(2), "covered after {took:?}");
+    let shards: Vec<String> = out
+        .reports
+        .iter()
+        .map(|(i, r)| format!("{i}: {:?}", r.elapsed))
+        .collect();
+    println!(
+        "10+4 with a frozen data shard: {took:?}, parity requested {}, decode {:?}; shard reads {}",
+        out.parity_requested,
+        out.decode,
+        shards.join(", ")
+    );
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_than_m_lost_shards_is_a_typed_error() {
+    let mut c = ec(6 << 16, 6, 3, &[], ClientConfig::default()).await;
+    for i in [0, 3, 7, 8] {
+        c.servers[i].take().unwrap().shutdown().await;
+    }
+    match c.client.erasure_read(&c.stripe, &Policy::default()).await {
+        Err(ErasureError::NotEnoughShards { got, need, failures }) => {
+            assert_eq!(need, 6);
+            assert!(got < 6);
+            assert_eq!(failures.len(), 4, "{failures:?}");
+        }
+        other => panic!("expected NotEnoughShards, got {other:?}"),
+    }
+    c.shutdown().await;
+}
