@@ -167,3 +167,33 @@ async fn more_than_m_lost_shards_is_a_typed_error() {
     }
     c.shutdown().await;
 }
+
+/// The path of `examples/erasure_read.rs`: 6+3 over 9 servers, one killed mid-read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_killed_mid_read_is_covered_by_parity() {
+    // Server 2 answers 50 ms late, so it dies with its shard in flight.
+    let mut c = ec(
+        6 << 20,
+        6,
+        3,
+        &[(2, Duration::from_millis(50))],
+        ClientConfig::default(),
+    )
+    .await;
+    let client = std::sync::Arc::new(c.client);
+    let stripe = c.stripe.clone();
+    let reader = {
+        let client = client.clone();
+        tokio::spawn(async move { client.erasure_read(&stripe, &Policy::default()).await })
+    };
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    c.servers[2].take().unwrap().abort();
+    let out = reader.await.unwrap().unwrap();
+    assert!(out.block == c.block);
+    assert!(!out.used.contains(&2));
+    assert_eq!(out.failures.len(), 1);
+    assert_eq!(out.parity_requested, 1);
+    for s in c.servers.into_iter().flatten() {
+        s.shutdown().await;
+    }
+}
