@@ -696,3 +696,64 @@ async fn a_paced_request_is_sent_no_faster_than_its_pace() {
         assert!(out.block == expected(&lens));
     }
 }
+
+/// A listener that never accepts, with its accept queue full: a connect to it gets no answer
+/// (the kernel drops the SYN), as with a silent host.
+fn silent_listener() -> (std::net::SocketAddr, Vec<std::net::TcpStream>, socket2::Socket) {
+    use socket2::{Domain, Socket, Type};
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    s.bind(&"127.0.0.1:0".parse::<std::net::SocketAddr>().unwrap().into())
+        .unwrap();
+    s.listen(0).unwrap();
+    let addr = s.local_addr().unwrap().as_socket().unwrap();
+    // Fill the accept queue (backlog 0 still queues one or two).
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let c = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        c.set_nonblocking(true).unwrap();
+        let _ = c.connect(&addr.into());
+        held.push(std::net::TcpStream::from(c));
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    (addr, held, s)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_server_does_not_freeze_the_rest_of_the_read() {
+    let lens = vec![64 * 1024; 8];
+    let c = cluster(&lens, &[], ClientConfig::default()).await;
+    let (silent, _held, _listener) = silent_listener();
+    // Server 100 is silent; fragment 0 lives there first, with server 0 as its replica.
+    let mut addrs: Vec<_> = c
+        .servers
+        .iter()
+        .enumerate()
+        .map(|(i, h)| (ServerId(i as u32), h.local_addr()))
+        .collect();
+    addrs.push((ServerId(100), silent));
+    let cfg = ClientConfig::builder()
+        .connect_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let client = Client::with_config(addrs, cfg);
+    let mut frags: Vec<Fragment> = (0..8)
+        .map(|i| Fragment::new(ServerId(i), "blk", 0, 64 * 1024))
+        .collect();
+    frags[0] = Fragment::new(ServerId(100), "blk", 0, 64 * 1024).with_replicas([ServerId(0)]);
+    let stripe = Stripe::new(frags).unwrap();
+    let out = client.fan_in_read(&stripe, &Policy::default()).await.unwrap();
+    assert!(out.block == expected(&lens));
+    let others = out.report.fragments[1..].iter().filter_map(|f| f.done).max().unwrap();
+    println!(
+        "fragments 1-7 done by {others:?}; fragment 0 by {:?} (from server {:?}); read {:?}",
+        out.report.fragments[0].done, out.report.fragments[0].server, out.report.elapsed
+    );
+    assert!(
+        others < Duration::from_millis(500),
+        "the healthy fragments waited {others:?} behind a connect to a silent server"
+    );
+    assert_eq!(out.report.fragments[0].server, Some(ServerId(0)));
+    for s in c.servers {
+        s.shutdown().await;
+    }
+}

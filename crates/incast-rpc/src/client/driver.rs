@@ -119,6 +119,9 @@ pub(super) struct Conn {
 }
 
 type Ready = Pin<Box<dyn Future<Output = usize> + Send>>;
+/// A connection being opened: its server, lane and address, and the outcome.
+type Connecting =
+    Pin<Box<dyn Future<Output = (ServerId, Lane, SocketAddr, io::Result<(TcpStream, TuningReport)>)> + Send>>;
 
 pub(super) struct Driver<'a> {
     client: &'a Client,
@@ -130,6 +133,12 @@ pub(super) struct Driver<'a> {
     by_lane: HashMap<(ServerId, Lane), usize>,
     grant_conn: HashMap<GrantId, usize>,
     readable: FuturesUnordered<Ready>,
+    /// Connections being opened. The driver goes on meanwhile (timers, other connections):
+    /// awaiting a connect in place froze the whole read for up to the connect timeout when
+    /// one server was silent, and held its grant's share of the port all that time.
+    connecting: FuturesUnordered<Connecting>,
+    /// Grants waiting for a connection being opened, by (server, lane).
+    pending: HashMap<(ServerId, Lane), Vec<incast_core::Grant>>,
     tuning: SocketTuning,
     pub(super) report: ReadReport,
     start: Instant,
@@ -178,6 +187,8 @@ impl<'a> Driver<'a> {
             by_lane: HashMap::new(),
             grant_conn: HashMap::new(),
             readable: FuturesUnordered::new(),
+            connecting: FuturesUnordered::new(),
+            pending: HashMap::new(),
             tuning,
             report: ReadReport {
                 fragments: vec![FragmentReport::default(); stripe.len()],
@@ -221,6 +232,9 @@ impl<'a> Driver<'a> {
                     self.conns[i].waiting = false;
                     self.on_readable(i);
                 }
+                Some((server, lane, addr, result)) = self.connecting.next() => {
+                    self.on_connected(server, lane, addr, result).await;
+                }
                 Some(ev) = self.events.recv() => {
                     self.on_stream_event(ev)?;
                     // Drain what else is queued before polling the rest again.
@@ -242,6 +256,7 @@ impl<'a> Driver<'a> {
                     let mut waiting_on: Vec<ServerId> =
                         self.conns.iter().filter(|c| c.inflight.iter().any(|f| f.grant.is_some())).map(|c| c.server).collect();
                     waiting_on.extend(self.streams.values().map(|s| s.server));
+                    waiting_on.extend(self.pending.iter().filter(|(_, g)| !g.is_empty()).map(|((s, _), _)| *s));
                     waiting_on.sort_unstable();
                     waiting_on.dedup();
                     return Err(FanInError::Timeout { after: self.client.config.read_timeout, waiting_on });
@@ -285,40 +300,31 @@ impl<'a> Driver<'a> {
                         ),
                         GrantKind::First | GrantKind::Next => {}
                     }
-                    if self.over_quic(&g) {
-                        self.start_stream(&g);
-                        continue;
-                    }
-                    let i = match self.conn(g.server, g.lane).await {
-                        Ok(i) => i,
-                        Err(cause) => {
-                            self.grant_failed(Instant::now(), g.id, cause);
-                            continue;
-                        }
-                    };
                     let fr = &mut self.report.fragments[g.fragment];
                     fr.grants += 1;
                     fr.granted.get_or_insert(self.start.elapsed());
                     fr.hedges += u32::from(g.kind == GrantKind::Hedge);
-                    let c = &mut self.conns[i];
-                    let req = c.next_req;
-                    c.next_req += 1;
-                    let key = self.stripe.fragment(g.fragment).key();
-                    wire::encode_request(&mut c.out, req, key, g.object_offset, g.len, g.pace);
-                    c.inflight.push_back(Inflight {
-                        req,
-                        grant: Some(g.id),
-                        cancelled: None,
-                        fragment: g.fragment,
-                        block_offset: g.block_offset,
-                        len: g.len,
-                        received: 0,
-                        crc: 0,
-                    });
-                    self.grant_conn.insert(g.id, i);
-                    touched.push(i);
+                    if self.over_quic(&g) {
+                        self.start_stream(&g);
+                        continue;
+                    }
+                    match self.conn(g.server, g.lane) {
+                        Ok(Some(i)) => {
+                            self.send_request(i, &g);
+                            touched.push(i);
+                        }
+                        Ok(None) => self.pending.entry((g.server, g.lane)).or_default().push(g),
+                        Err(cause) => self.grant_failed(Instant::now(), g.id, cause),
+                    }
                 }
-                Action::Cancel { id, .. } => {
+                Action::Cancel { id, server, lane } => {
+                    // Not sent yet: its connection is still being opened.
+                    if let Some(waiting) = self.pending.get_mut(&(server, lane)) {
+                        if let Some(at) = waiting.iter().position(|g| g.id == id) {
+                            waiting.remove(at);
+                            continue;
+                        }
+                    }
                     if let Some(s) = self.streams.remove(&id) {
                         // Aborting the task drops its stream: quinn sends STOP_SENDING.
                         s.task.abort();
@@ -352,6 +358,18 @@ impl<'a> Driver<'a> {
                 self.break_conn(i, why);
             }
         }
+        let left: Vec<(ServerId, Lane)> = self
+            .pending
+            .keys()
+            .filter(|(s, _)| self.client.addr_of(*s).is_none())
+            .copied()
+            .collect();
+        for key in left {
+            // The connect's result is dropped when it comes (`on_connected`).
+            for g in self.pending.remove(&key).unwrap_or_default() {
+                self.grant_failed(Instant::now(), g.id, format!("{} was removed from the client", key.0));
+            }
+        }
         let gone: Vec<GrantId> = self
             .streams
             .iter()
@@ -362,6 +380,79 @@ impl<'a> Driver<'a> {
             let server = self.streams[&g].server;
             self.fail_stream(g, format!("{server} was removed from the client"));
         }
+    }
+
+    /// Writes grant `g`'s request on connection `i` (flushed by the caller).
+    fn send_request(&mut self, i: usize, g: &incast_core::Grant) {
+        let c = &mut self.conns[i];
+        let req = c.next_req;
+        c.next_req += 1;
+        let key = self.stripe.fragment(g.fragment).key();
+        wire::encode_request(&mut c.out, req, key, g.object_offset, g.len, g.pace);
+        c.inflight.push_back(Inflight {
+            req,
+            grant: Some(g.id),
+            cancelled: None,
+            fragment: g.fragment,
+            block_offset: g.block_offset,
+            len: g.len,
+            received: 0,
+            crc: 0,
+        });
+        self.grant_conn.insert(g.id, i);
+    }
+
+    /// A connection this read was opening is open (or failed): sends the grants that waited
+    /// for it, or fails them.
+    async fn on_connected(
+        &mut self,
+        server: ServerId,
+        lane: Lane,
+        addr: SocketAddr,
+        result: io::Result<(TcpStream, TuningReport)>,
+    ) {
+        let waiting = self.pending.remove(&(server, lane)).unwrap_or_default();
+        let now = Instant::now();
+        let stream = match result {
+            // A server that left or moved meanwhile gets nothing on the old address.
+            Ok(_) if self.client.addr_of(server) != Some(addr) => {
+                for g in waiting {
+                    self.grant_failed(now, g.id, format!("{server} at {addr} was removed from the client"));
+                }
+                return;
+            }
+            Ok((stream, report)) => {
+                *self.client.last_tuning.lock().unwrap_or_else(|e| e.into_inner()) = Some(report.to_string());
+                stream
+            }
+            Err(e) => {
+                for g in waiting {
+                    self.grant_failed(now, g.id, format!("connecting to {server} at {addr}: {e}"));
+                }
+                return;
+            }
+        };
+        self.report.connects += 1;
+        self.conns.push(Conn {
+            server,
+            addr,
+            lane,
+            stream: Arc::new(stream),
+            rx: Rx::new(),
+            inflight: VecDeque::new(),
+            out: Vec::new(),
+            next_req: 1,
+            counters: None,
+            broken: false,
+            waiting: false,
+        });
+        let i = self.conns.len() - 1;
+        self.by_lane.insert((server, lane), i);
+        for g in &waiting {
+            self.send_request(i, g);
+        }
+        self.flush(i).await;
+        self.watch(i);
     }
 
     /// Whether grant `g` goes over QUIC. With the fallback, a hedge does, and so does every
@@ -397,10 +488,6 @@ impl<'a> Driver<'a> {
             );
             return;
         };
-        let fr = &mut self.report.fragments[g.fragment];
-        fr.grants += 1;
-        fr.granted.get_or_insert(self.start.elapsed());
-        fr.hedges += u32::from(g.kind == GrantKind::Hedge);
         self.report.quic_requests += 1;
         let req = crate::quic::StreamRequest {
             grant: g.id,
@@ -518,43 +605,35 @@ impl<'a> Driver<'a> {
         let _ = self.sched.on_failed(now, g);
     }
 
-    /// The connection for (server, lane): this read's, a pooled one, or a new one.
-    async fn conn(&mut self, server: ServerId, lane: Lane) -> Result<usize, String> {
+    /// The connection for (server, lane): this read's or a pooled one (`Some`), or `None`
+    /// while one is being opened (started here if it is not yet): the grant then waits in
+    /// `pending`.
+    fn conn(&mut self, server: ServerId, lane: Lane) -> Result<Option<usize>, String> {
         if let Some(&i) = self.by_lane.get(&(server, lane)) {
             if !self.conns[i].broken {
-                return Ok(i);
+                return Ok(Some(i));
             }
         }
         let Some(addr) = self.client.addr_of(server) else {
             return Err(format!("{server} was removed from the client"));
         };
-        let conn = match self.client.take_idle((server, lane)).filter(|c| c.addr == addr) {
-            Some(c) => c,
-            None => {
-                let (stream, report) = connect(addr, &self.tuning, self.client.config.connect_timeout)
-                    .await
-                    .map_err(|e| format!("connecting to {server} at {addr}: {e}"))?;
-                *self.client.last_tuning.lock().unwrap_or_else(|e| e.into_inner()) = Some(report.to_string());
-                self.report.connects += 1;
-                Conn {
-                    server,
-                    addr,
-                    lane,
-                    stream: Arc::new(stream),
-                    rx: Rx::new(),
-                    inflight: VecDeque::new(),
-                    out: Vec::new(),
-                    next_req: 1,
-                    counters: None,
-                    broken: false,
-                    waiting: false,
-                }
-            }
-        };
-        self.conns.push(conn);
-        let i = self.conns.len() - 1;
-        self.by_lane.insert((server, lane), i);
-        Ok(i)
+        if self.pending.contains_key(&(server, lane)) {
+            return Ok(None);
+        }
+        if let Some(conn) = self.client.take_idle((server, lane)).filter(|c| c.addr == addr) {
+            self.conns.push(conn);
+            let i = self.conns.len() - 1;
+            self.by_lane.insert((server, lane), i);
+            return Ok(Some(i));
+        }
+        let tuning = self.tuning.clone();
+        let timeout = self.client.config.connect_timeout;
+        self.connecting.push(Box::pin(async move {
+            let result = connect(addr, &tuning, timeout).await;
+            (server, lane, addr, result)
+        }));
+        self.pending.insert((server, lane), Vec::new());
+        Ok(None)
     }
 
     /// Writes what is queued for connection `i`. Requests are small; the socket buffer has

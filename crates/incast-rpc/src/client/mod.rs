@@ -213,6 +213,7 @@ impl Client {
     }
 
     /// Largest block (or, for an erasure read, all shards together) this client reads.
+    #[cfg(feature = "erasure")]
     pub(crate) fn max_block_bytes(&self) -> u64 {
         self.config.max_block_bytes
     }
