@@ -33,6 +33,7 @@ macro_rules! outln {
 }
 
 mod cpu;
+mod erasure;
 mod netns;
 mod offload;
 mod output;
@@ -114,6 +115,115 @@ enum Command {
         incast-bench model --rate 10gbit --rtt 20us --buffer 256KiB --sru 256KiB\n  \
         incast-bench model --json")]
     Model(ModelArgs),
+    /// k-of-n erasure-coded reads on the testbed with one host frozen or dead, against
+    /// reading the k data shards and waiting.
+    #[command(after_help = "Examples:\n  \
+        incast-bench erasure\n  \
+        incast-bench erasure --codes 6+3,10+4 --shard 1MiB --reads 40 --freeze 500ms --json ec.jsonl")]
+    Erasure(ErasureArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct ErasureArgs {
+    /// Codes, as k+m (k data shards, m parity shards; shard i on host i).
+    #[arg(long, value_delimiter = ',', default_value = "6+3,10+4", value_parser = parse_code)]
+    codes: Vec<(usize, usize)>,
+    /// Bytes per shard (the block is k shards).
+    #[arg(long, default_value = "1MiB", value_parser = parse_bytes)]
+    shard: u64,
+    /// Reads per code, condition and strategy.
+    #[arg(long, default_value_t = 30)]
+    reads: u32,
+    /// How long a frozen host stays silent.
+    #[arg(long, default_value = "500ms", value_parser = parse_duration)]
+    freeze: Duration,
+    /// Each read's deadline (a data-only read with a dead host fails after it).
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    read_timeout: Duration,
+    /// Write one JSON line per row here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// No progress lines.
+    #[arg(long)]
+    quiet: bool,
+    #[command(flatten)]
+    link: LinkArgs,
+}
+
+/// `--codes`: `k+m`.
+fn parse_code(s: &str) -> Result<(usize, usize), String> {
+    let (k, m) = s
+        .split_once('+')
+        .ok_or_else(|| format!("{s}: give a code as k+m, for example 6+3"))?;
+    let k: usize = k.trim().parse().map_err(|e| format!("{s}: k: {e}"))?;
+    let m: usize = m.trim().parse().map_err(|e| format!("{s}: m: {e}"))?;
+    if k == 0 || m == 0 || k + m > 64 {
+        return Err(format!("{s}: need k >= 1, m >= 1 and k + m <= 64 (one host per shard)"));
+    }
+    Ok((k, m))
+}
+
+fn run_erasure(a: &ErasureArgs) -> Result<(), CliError> {
+    let hosts = a.codes.iter().map(|(k, m)| k + m).max().unwrap_or(1);
+    let config = a.link.testbed(hosts);
+    if !a.quiet {
+        eprintln!("building the testbed: {config}");
+    }
+    let tb = Arc::new(Testbed::up(config.clone())?);
+    let spec = erasure::Spec {
+        codes: a.codes.clone(),
+        shard: a.shard,
+        reads: a.reads,
+        freeze: a.freeze,
+        read_timeout: a.read_timeout,
+        quiet: a.quiet,
+    };
+    let rows = erasure::run(&spec, tb)?;
+    outln!(
+        "incast-bench erasure on the testbed: {config}; shard {} KiB, {} reads per row, host {} frozen for {:?} or dead",
+        a.shard >> 10,
+        a.reads,
+        erasure::FAULT_HOST,
+        a.freeze
+    );
+    outln!(
+        "{:<6} {:<7} {:<10} {:>7} {:>9} {:>9} {:>9} {:>10} {:>7} {:>14}",
+        "code",
+        "fault",
+        "strategy",
+        "failed",
+        "p50 ms",
+        "p99 ms",
+        "max ms",
+        "MiB read",
+        "parity",
+        "decode ms/MiB"
+    );
+    for r in &rows {
+        outln!(
+            "{:<6} {:<7} {:<10} {:>7} {:>9.1} {:>9.1} {:>9.1} {:>10.2} {:>7.2} {:>14.3}",
+            r.code,
+            r.fault,
+            r.strategy,
+            r.failed,
+            r.p50_ms,
+            r.p99_ms,
+            r.max_ms,
+            r.bytes_read / (1u64 << 20) as f64,
+            r.parity_requested,
+            r.decode_ms_per_mib
+        );
+    }
+    if let Some(p) = &a.json {
+        let mut out = String::new();
+        for r in &rows {
+            out.push_str(&serde_json::to_string(r).map_err(std::io::Error::other)?);
+            out.push('\n');
+        }
+        std::fs::write(p, out)?;
+        eprintln!("wrote {}", p.display());
+    }
+    Ok(())
 }
 
 #[derive(clap::Args, Debug)]
@@ -794,6 +904,7 @@ fn main() -> ExitCode {
         Command::Sweep(a) => run_sweep(a),
         Command::Testbed { action } => run_testbed(action),
         Command::Demo(a) => run_demo(a),
+        Command::Erasure(a) => run_erasure(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

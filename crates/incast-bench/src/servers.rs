@@ -13,7 +13,7 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 
 use incast_core::ServerId;
-use incast_rpc::{serve, ServerConfig, SocketTuning};
+use incast_rpc::{serve, FragmentStore, ServerConfig, SocketTuning};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::oneshot;
 
@@ -46,6 +46,18 @@ impl ServerSet {
     /// `bulk` bulk senders (sender `f` on host `f % hosts.len()`) that stream to whoever
     /// connects until the connection closes, with congestion control `cc`.
     pub fn start(hosts: Hosts, count: usize, bulk: usize, cc: &str, config: ServerConfig) -> std::io::Result<Self> {
+        Self::start_with(hosts, count, bulk, cc, config, |_| PatternStore)
+    }
+
+    /// [`ServerSet::start`] with server `i` serving `store(i)` instead of the pattern.
+    pub fn start_with<S: FragmentStore>(
+        hosts: Hosts,
+        count: usize,
+        bulk: usize,
+        cc: &str,
+        config: ServerConfig,
+        store: impl Fn(usize) -> S + Send + 'static,
+    ) -> std::io::Result<Self> {
         if hosts.is_empty() {
             return Err(std::io::Error::other("no hosts to start servers on"));
         }
@@ -69,7 +81,7 @@ impl ServerSet {
                     // `serve` binds before its first await, so the listener is created in
                     // the namespace entered here.
                     let started = match enter(i) {
-                        Ok(()) => serve(SocketAddr::new(ip(i), 0), PatternStore, config.clone()).await,
+                        Ok(()) => serve(SocketAddr::new(ip(i), 0), store(i), config.clone()).await,
                         Err(e) => Err(e),
                     };
                     match started {

@@ -369,6 +369,15 @@ impl Testbed {
         Ok(())
     }
 
+    /// Takes host `h`'s link into the switch down (`up = false`) or back up: the host goes
+    /// silent both ways, as a frozen or dead machine does (no reset, no FIN).
+    pub fn set_host_link(&self, h: usize, up: bool) -> Result<(), TestbedError> {
+        let state = if up { "up" } else { "down" };
+        self.switch
+            .command("ip", &["link", "set", &switch_host_port(h), state])?;
+        Ok(())
+    }
+
     /// Address, sysctls and links of one end (the client or a host).
     fn endpoint(&self, ns: &Netns, dev: &str, addr: Ipv4Addr) -> Result<(), TestbedError> {
         // IPv6 would only add router solicitations to the shaped queue.
