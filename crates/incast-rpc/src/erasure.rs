@@ -14,9 +14,12 @@
 //!   expected within the mean gap `g = t_j / j` (the port serves the shard reads shortest
 //!   first, so they complete one after another; served together, they complete together and
 //!   the gap only overestimates). If none completes by `t_j + STRAGGLER_FACTOR x g +
-//!   STRAGGLER_FLOOR`, one running shard is covered by a parity shard, and the wait starts
-//!   again. A frozen host's shard is covered a few shard times after the healthy ones, not at
-//!   the read's deadline; before the first shard completes nothing is judged late;
+//!   STRAGGLER_FLOOR`, a parity shard is requested, and the wait starts again. The port serves
+//!   equal reads in start order, so the earliest-started shard still running is the one it
+//!   serves, and nothing completing means that one is stuck: its read is dropped as the parity
+//!   starts, which frees its share of the port at once (the port itself discounts a silent
+//!   read only after 250 ms). A frozen host's shard is covered a few shard times after the healthy ones,
+//!   not at the read's deadline; before the first shard completes nothing is judged late;
 //! - the read ends as soon as `k` shards are whole. The reads still running are dropped: their
 //!   connections are closed, not drained back into the pool (a shortfall against reads of
 //!   plain stripes, which drain cancelled requests);
@@ -67,6 +70,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use incast_core::{Fragment, Policy, Stripe};
+use tokio::sync::oneshot;
 
 use crate::{Client, FanInError, ReadReport};
 
@@ -313,14 +317,17 @@ impl Client {
         let mut failures = Vec::new();
         let mut reports = Vec::new();
         let mut running = FuturesUnordered::new();
+        let mut runs = Runs::new(n);
         for i in 0..k {
-            running.push(self.shard_read(stripe, policy, i));
+            running.push(self.shard_read(stripe, policy, i, runs.start(i)));
         }
         let mut next = k;
         // The last completion (or straggler round), and the mean gap between completions.
         let mut last: Option<(Instant, Duration)> = None;
+        let mut dropped = 0;
         while used.len() < k {
-            if used.len() + running.len() + (n - next) < k {
+            // Reads dropped but not yet ended will not deliver.
+            if used.len() + (running.len() - dropped) + (n - next) < k {
                 return Err(ErasureError::NotEnoughShards {
                     got: used.len(),
                     need: k,
@@ -329,26 +336,42 @@ impl Client {
             }
             let straggle_at = last.map(|(t, gap)| t + gap.mul_f64(STRAGGLER_FACTOR) + STRAGGLER_FLOOR);
             tokio::select! {
-                Some((i, r)) = running.next() => match r {
-                    Ok((buf, report)) => {
-                        bufs[i] = Some(buf);
-                        used.push(i);
-                        reports.push((i, report));
-                        let now = Instant::now();
-                        last = Some((now, (now - start) / used.len() as u32));
-                    }
-                    Err(e) => {
-                        failures.push((i, e));
-                        if next < n {
-                            running.push(self.shard_read(stripe, policy, next));
-                            next += 1;
+                Some((i, r)) = running.next() => {
+                    runs.drop_tx[i] = None;
+                    match r {
+                        Some(Ok((buf, report))) => {
+                            bufs[i] = Some(buf);
+                            used.push(i);
+                            reports.push((i, report));
+                            let now = Instant::now();
+                            last = Some((now, (now - start) / used.len() as u32));
                         }
+                        Some(Err(e)) => {
+                            failures.push((i, e));
+                            if next < n {
+                                running.push(self.shard_read(stripe, policy, next, runs.start(next)));
+                                next += 1;
+                            }
+                        }
+                        // Dropped as a straggler: its parity is already on the way.
+                        None => dropped -= 1,
                     }
                 },
                 _ = tokio::time::sleep_until(straggle_at.unwrap_or(start).into()), if straggle_at.is_some() => {
-                    // One shard is late: cover it with a parity shard, and wait again.
+                    // A shard is late: cover it with a parity shard, and wait again. The port
+                    // serves equal reads in start order, so the earliest-started shard still
+                    // running is the one it serves: nothing completing means that one is
+                    // stuck. Drop its read, which frees its share of the port at once (a
+                    // stuck read holds it, and the stalls shrink the budget under it).
                     if next < n {
-                        running.push(self.shard_read(stripe, policy, next));
+                        let late = (0..n)
+                            .filter(|&i| runs.drop_tx[i].is_some())
+                            .min_by_key(|&i| runs.order[i]);
+                        if let Some(tx) = late.and_then(|i| runs.drop_tx[i].take()) {
+                            let _ = tx.send(());
+                            dropped += 1;
+                        }
+                        running.push(self.shard_read(stripe, policy, next, runs.start(next)));
                         next += 1;
                     }
                     if let Some((t, _)) = &mut last {
@@ -386,16 +409,46 @@ impl Client {
         })
     }
 
-    /// Reads shard `i` whole into its own buffer.
+    /// Reads shard `i` whole into its own buffer; `None` if dropped through `dropped` first.
     async fn shard_read(
         &self,
         stripe: &ErasureStripe,
         policy: &Policy,
         i: usize,
-    ) -> (usize, Result<(Vec<u8>, ReadReport), FanInError>) {
+        dropped: oneshot::Receiver<()>,
+    ) -> (usize, Option<Result<(Vec<u8>, ReadReport), FanInError>>) {
         let mut buf = vec![0u8; stripe.shard_len as usize];
-        let r = self.fan_in_read_into(&stripe.shards[i], policy, &mut buf).await;
-        (i, r.map(|report| (buf, report)))
+        let read = self.fan_in_read_into(&stripe.shards[i], policy, &mut buf);
+        tokio::select! {
+            r = read => (i, Some(r.map(|report| (buf, report)))),
+            Ok(()) = dropped => (i, None),
+        }
+    }
+}
+
+/// The shard reads of one erasure read: start order, and how to drop one while it runs.
+struct Runs {
+    order: Vec<usize>,
+    drop_tx: Vec<Option<oneshot::Sender<()>>>,
+    started: usize,
+}
+
+impl Runs {
+    fn new(n: usize) -> Self {
+        Self {
+            order: vec![usize::MAX; n],
+            drop_tx: (0..n).map(|_| None).collect(),
+            started: 0,
+        }
+    }
+
+    /// Shard `i` starts: what its read listens on to be dropped.
+    fn start(&mut self, i: usize) -> oneshot::Receiver<()> {
+        let (tx, rx) = oneshot::channel();
+        self.drop_tx[i] = Some(tx);
+        self.order[i] = self.started;
+        self.started += 1;
+        rx
     }
 }
 
