@@ -9,25 +9,10 @@
 //! when it closes (with its fields and time) and every event at DEBUG and above.
 use std::time::Duration;
 
-use bytes::Bytes;
-use incast::rpc::store::{FragmentStore, MemStore, StoreError};
+use incast::rpc::store::{Delayed, MemStore};
 use incast::rpc::{serve, Client, ServerConfig};
 use incast::{Fragment, Policy, RtoBounds, ServerId, Stripe};
 use tracing_subscriber::fmt::format::FmtSpan;
-
-/// A store answering after `delay`.
-#[derive(Clone)]
-struct Late {
-    inner: MemStore,
-    delay: Duration,
-}
-
-impl FragmentStore for Late {
-    async fn read(&self, key: &str, offset: u64, len: u64) -> Result<Bytes, StoreError> {
-        tokio::time::sleep(self.delay).await;
-        self.inner.read(key, offset, len).await
-    }
-}
 
 const N: u32 = 8;
 const FRAG: u64 = 256 * 1024;
@@ -55,7 +40,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         servers.push(
             serve(
                 "127.0.0.1:0".parse()?,
-                Late { inner: store, delay },
+                Delayed::new(store, delay),
                 ServerConfig::default(),
             )
             .await?,

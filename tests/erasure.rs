@@ -4,31 +4,10 @@
 
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use incast::rpc::erasure::{encode, shard_len, ErasureError, ErasureStripe};
-use incast::rpc::store::{FragmentStore, MemStore, StoreError};
+use incast::rpc::store::{Delayed, MemStore};
 use incast::rpc::{serve, Client, ClientConfig, ServerConfig, ServerHandle};
 use incast::{Fragment, Hedging, Policy, ServerId};
-
-/// A store that waits `delay` before answering (`Duration::MAX`: never).
-#[derive(Clone)]
-struct Slow {
-    inner: MemStore,
-    delay: Duration,
-}
-
-impl FragmentStore for Slow {
-    async fn read(&self, key: &str, offset: u64, len: u64) -> Result<Bytes, StoreError> {
-        if self.delay == Duration::MAX {
-            std::future::pending::<()>().await;
-        }
-        if !self.delay.is_zero() {
-            // (A zero sleep still waits for the timer wheel's next millisecond tick.)
-            tokio::time::sleep(self.delay).await;
-        }
-        self.inner.read(key, offset, len).await
-    }
-}
 
 struct Ec {
     servers: Vec<Option<ServerHandle>>,
@@ -50,7 +29,7 @@ async fn ec(len: usize, k: usize, m: usize, slow: &[(usize, Duration)], cfg: Cli
         servers.push(Some(
             serve(
                 "127.0.0.1:0".parse().unwrap(),
-                Slow { inner: store, delay },
+                Delayed::new(store, delay),
                 ServerConfig::default(),
             )
             .await

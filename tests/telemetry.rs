@@ -8,24 +8,10 @@ use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
-use incast::rpc::store::{FragmentStore, MemStore, StoreError};
+use incast::rpc::store::{Delayed, MemStore};
 use incast::rpc::{serve, Client, ServerConfig};
 use incast::{Fragment, Policy, RtoBounds, ServerId, Stripe};
 use tracing_subscriber::util::SubscriberInitExt;
-
-#[derive(Clone)]
-struct Late {
-    inner: MemStore,
-    delay: Duration,
-}
-
-impl FragmentStore for Late {
-    async fn read(&self, key: &str, offset: u64, len: u64) -> Result<Bytes, StoreError> {
-        tokio::time::sleep(self.delay).await;
-        self.inner.read(key, offset, len).await
-    }
-}
 
 /// What the subscriber wrote.
 #[derive(Clone, Default)]
@@ -72,7 +58,7 @@ async fn a_read_leaves_a_span_with_its_hedges_retries_and_end() {
         servers.push(
             serve(
                 "127.0.0.1:0".parse().unwrap(),
-                Late { inner: store, delay },
+                Delayed::new(store, delay),
                 ServerConfig::default(),
             )
             .await

@@ -11,6 +11,7 @@ use std::future::Future;
 use std::io;
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use bytes::Bytes;
 
@@ -117,6 +118,42 @@ impl FragmentStore for MemStore {
             .ok_or_else(|| StoreError::NotFound { key: key.to_owned() })?;
         check_range(key, offset, len, obj.len() as u64)?;
         Ok(obj.slice(offset as usize..(offset + len) as usize))
+    }
+}
+
+/// A store that answers after a delay, or never (`Duration::MAX`): a slow disk or a hung
+/// server, for tests, examples and failure drills. A zero delay answers at once (no trip
+/// through the timer wheel, which would cost a millisecond tick).
+///
+/// ```
+/// use std::time::Duration;
+/// use incast_rpc::store::{Delayed, MemStore};
+/// let slow = Delayed::new(MemStore::new(), Duration::from_millis(30));
+/// let hung = Delayed::new(MemStore::new(), Duration::MAX);
+/// # let _ = (slow, hung);
+/// ```
+#[derive(Debug, Clone)]
+pub struct Delayed<S> {
+    inner: S,
+    delay: Duration,
+}
+
+impl<S: FragmentStore> Delayed<S> {
+    /// `inner`, answering `delay` late (`Duration::MAX`: never).
+    pub fn new(inner: S, delay: Duration) -> Self {
+        Self { inner, delay }
+    }
+}
+
+impl<S: FragmentStore> FragmentStore for Delayed<S> {
+    async fn read(&self, key: &str, offset: u64, len: u64) -> Result<Bytes, StoreError> {
+        if self.delay == Duration::MAX {
+            std::future::pending::<()>().await;
+        }
+        if !self.delay.is_zero() {
+            tokio::time::sleep(self.delay).await;
+        }
+        self.inner.read(key, offset, len).await
     }
 }
 

@@ -9,31 +9,13 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use incast_core::{Fragment, GrantSize, Hedging, Policy, ReadError, RtoBounds, ServerId, Stripe};
-use incast_rpc::store::{FragmentStore, MemStore, StoreError};
+use incast_rpc::store::{Delayed, FragmentStore, MemStore, StoreError};
 use incast_rpc::wire::{decode, ErrorCode, Frame, Header, Kind, HEADER_LEN};
 use incast_rpc::{serve, Client, ClientConfig, FanInError, ServerConfig, ServerHandle};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use common::{expected, object, stripe_of};
-
-/// A store that delays or never answers some keys, to play a slow or hung server.
-#[derive(Clone)]
-struct Gate {
-    inner: MemStore,
-    delay: Option<Duration>,
-}
-
-impl FragmentStore for Gate {
-    async fn read(&self, key: &str, offset: u64, len: u64) -> Result<Bytes, StoreError> {
-        match self.delay {
-            Some(d) if d == Duration::MAX => std::future::pending().await,
-            Some(d) => tokio::time::sleep(d).await,
-            None => {}
-        }
-        self.inner.read(key, offset, len).await
-    }
-}
 
 struct Cluster {
     servers: Vec<ServerHandle>,
@@ -50,7 +32,7 @@ async fn cluster(lens: &[usize], gates: &[(u32, Duration)], cfg: ClientConfig) -
         let delay = gates.iter().find(|(s, _)| *s == i as u32).map(|(_, d)| *d);
         let h = serve(
             "127.0.0.1:0".parse().unwrap(),
-            Gate { inner: store, delay },
+            Delayed::new(store, delay.unwrap_or(Duration::ZERO)),
             ServerConfig::default(),
         )
         .await

@@ -8,26 +8,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use incast_core::{Fragment, Hedging, Policy, ServerId, Stripe};
-use incast_rpc::store::{FragmentStore, MemStore, StoreError};
+use incast_rpc::store::{Delayed, MemStore};
 use incast_rpc::{serve, Client, ClientConfig, FanInError, ServerConfig, ServerHandle};
 
 use common::object;
-
-/// A store that waits `delay` before answering.
-#[derive(Clone)]
-struct Slow {
-    inner: MemStore,
-    delay: Duration,
-}
-
-impl FragmentStore for Slow {
-    async fn read(&self, key: &str, offset: u64, len: u64) -> Result<Bytes, StoreError> {
-        tokio::time::sleep(self.delay).await;
-        self.inner.read(key, offset, len).await
-    }
-}
 
 const FRAG: usize = 48 * 1024;
 
@@ -44,7 +29,7 @@ async fn replica_server(i: usize, n: usize, delay: Duration) -> ServerHandle {
     }
     serve(
         "127.0.0.1:0".parse().unwrap(),
-        Slow { inner: store, delay },
+        Delayed::new(store, delay),
         ServerConfig::default(),
     )
     .await

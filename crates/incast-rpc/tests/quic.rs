@@ -15,29 +15,13 @@ use incast_core::{GrantSize, Hedging, Policy, RtoBounds, ServerId};
 use incast_rpc::quic::{
     serve_quic, CertProblem, QuicClientConfig, QuicError, QuicServerConfig, SelfSigned, TlsIdentity, TlsTrust,
 };
-use incast_rpc::store::{FragmentStore, MemStore, StoreError};
+use incast_rpc::store::{Delayed, FragmentStore, MemStore, StoreError};
 use incast_rpc::wire::{self, ErrorCode, Frame, Header, Kind, HEADER_LEN};
 use incast_rpc::{serve, Client, ClientConfig, FanInError, ServerConfig, ServerHandle, Transport};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
 
 use common::{expected, object, stripe_of};
-
-/// A store that never answers (a hung disk), or answers.
-#[derive(Clone)]
-struct Gate {
-    inner: MemStore,
-    hang: bool,
-}
-
-impl FragmentStore for Gate {
-    async fn read(&self, key: &str, offset: u64, len: u64) -> Result<Bytes, StoreError> {
-        if self.hang {
-            std::future::pending::<()>().await;
-        }
-        self.inner.read(key, offset, len).await
-    }
-}
 
 fn cert() -> SelfSigned {
     SelfSigned::generate(["localhost", "127.0.0.1"]).unwrap()
@@ -357,10 +341,7 @@ async fn a_full_stream_limit_is_a_typed_error_not_a_hang() {
         .unwrap();
     let h = serve(
         "127.0.0.1:0".parse().unwrap(),
-        Gate {
-            inner: store,
-            hang: true,
-        },
+        Delayed::new(store, Duration::MAX),
         config,
     )
     .await
