@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use incast_core::{Fragment, GrantSize, Hedging, Policy, ReadError, RtoBounds, ServerId, Stripe};
-use incast_rpc::store::{Delayed, FragmentStore, MemStore, StoreError};
+use incast_rpc::store::{Delayed, MemStore};
 use incast_rpc::wire::{decode, ErrorCode, Frame, Header, Kind, HEADER_LEN};
 use incast_rpc::{serve, Client, ClientConfig, FanInError, ServerConfig, ServerHandle};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -10,12 +10,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use incast_core::{GrantSize, Hedging, Policy, RtoBounds, ServerId};
 use incast_rpc::quic::{
     serve_quic, CertProblem, QuicClientConfig, QuicError, QuicServerConfig, SelfSigned, TlsIdentity, TlsTrust,
 };
-use incast_rpc::store::{Delayed, FragmentStore, MemStore, StoreError};
+use incast_rpc::store::{Delayed, MemStore};
 use incast_rpc::wire::{self, ErrorCode, Frame, Header, Kind, HEADER_LEN};
 use incast_rpc::{serve, Client, ClientConfig, FanInError, ServerConfig, ServerHandle, Transport};
 use tokio::io::AsyncReadExt;
