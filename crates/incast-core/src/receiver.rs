@@ -102,34 +102,26 @@
 //! at its issue take to arrive at the port's measured rate, and its RTO counts from then
 //! (see `Gate::ahead` in the scheduler).
 //!
-//! # A stuck read
+//! # A silent server (open problem)
 //!
 //! A server that freezes (a stopped process, a dead host whose connection has not reset)
-//! leaves its grants outstanding for good, and hedges to it (its spare connection, when it has
-//! no replica) freeze too. Counted against the budget, they starved every other read of the
-//! port until its deadline: the stalls had halved the budget below what the frozen grants
-//! held (found by a 10+4 erasure read with one frozen shard: two healthy shards never got a
-//! grant in 20 s). So a read with bytes outstanding that received none for [`STUCK_AFTER`]
-//! (250 ms, longer than Linux's minimum RTO, so a read waiting on a kernel retransmission is
-//! not stuck) is *stuck*: its outstanding bytes and senders no longer count against the
-//! budget and the sender cap, until it receives a byte again. Shorter thresholds lose: 8
-//! smoothed RTTs (at least 20 ms) let a bulk flow that starves the reads in `sim` mark them
-//! stuck, and the budget collapsed to its floor. First versions judged by stalls (two in a row without a confirmed byte, then two timeout rounds without a byte):
-//! on the testbed, reads of 256-1024 servers whose grants stalled in bursts were marked stuck,
-//! their discounted bytes overflowed the port, stall decreases went from about 10 to
-//! 300-1,250 per configuration and goodput at SRU 256 KiB from 96% to 71-90%, with kernel
-//! RTOs. The cost: if the
-//! server thaws, its bytes arrive on top of the budget (at most what it held, as in Homa,
-//! where a receiver stops counting a sender that went silent).
+//! leaves its grants outstanding, its stalls shrink the budget, and the other reads of the
+//! port can wait behind those grants until their deadlines. Discounting a read's grants once
+//! it looked stuck was tried and lost on the testbed (2026-11-23): after two stalls without a
+//! confirmed byte, busy reads of 256-1024 servers were marked stuck and the port overflowed
+//! (SRU 256 KiB, one read: 96% of the line rate fell to 71-90%, with kernel RTOs); after
+//! 250 ms without a byte, 16 concurrent reads fell from 95-97% to 50-56% with 535-1,833 kernel
+//! RTOs; after 8 smoothed RTTs (at least 20 ms), a bulk flow in `sim` starved the reads into
+//! being stuck and the budget collapsed. The transport limits the damage instead: connects do
+//! not block a read, and an erasure read drops the straggler it covers.
 //!
 //! # Invariants
 //!
 //! Checked by [`Receiver::check_invariants`], after every event in debug builds:
 //!
-//! 1. the port's outstanding bytes and live senders are the sums over its reads, and the
-//!    stuck part of them the sums over its stuck reads;
-//! 2. a grant of new bytes was issued only when it fitted the budget, counting the bytes of
-//!    reads that are not stuck (or nothing of theirs was outstanding), and the sender cap (or it went to a server with grants of its read, or no
+//! 1. the port's outstanding bytes and live senders are the sums over its reads;
+//! 2. a grant of new bytes was issued only when it fitted the budget (or nothing was
+//!    outstanding) and the sender cap (or it went to a server with grants of its read, or no
 //!    sender was live). Re-requests (hedges, drawn from the hedge bucket, and retries after
 //!    failures) replace bytes the port had admitted and go first regardless: a stall halves
 //!    the budget, and the hedge of that very stall must not wait behind it;
@@ -206,10 +198,6 @@ pub const MAX_TIMEOUT_SCALE: u32 = 64;
 /// Share of the port's rate (hint, else the largest measured lately) above which a queue
 /// counts as the receiver's own and holds growth.
 pub const OWN_QUEUE_SHARE: f64 = 0.6;
-/// A read with bytes outstanding that received none for this long (250 ms) is stuck: its
-/// grants stop counting against the budget and sender cap (module docs). Longer than Linux's
-/// minimum RTO (200 ms), so a read waiting on a kernel retransmission is not stuck.
-pub const STUCK_AFTER: Duration = Duration::from_millis(250);
 /// Shortest interval over which the port's delivery rate is sampled (500 us).
 pub const RATE_INTERVAL: Duration = Duration::from_micros(500);
 
@@ -524,11 +512,6 @@ pub struct ReceiverStats {
     pub outstanding: u64,
     /// Servers with grants outstanding now, over all reads.
     pub senders: u32,
-    /// The part of `outstanding` that stuck reads hold: it does not count against the
-    /// budget (see "A stuck read" in the module docs).
-    pub stuck_outstanding: u64,
-    /// The part of `senders` that stuck reads hold.
-    pub stuck_senders: u32,
     /// Base RTT (smallest clean first-byte time in the window), if measured.
     pub base_rtt: Option<Duration>,
     /// Measured delivery rate, bytes per second, if measured.
@@ -569,13 +552,6 @@ struct ReadState {
     stalls: u64,
     spurious: u64,
     won: u64,
-    /// Bytes received, last seen.
-    received: u64,
-    /// When the read last received a byte (or started).
-    last_received: Instant,
-    /// Whether it counts as stuck ([`STUCK_AFTER`]): its grants then do not count
-    /// against the port's budget and sender cap.
-    stuck: bool,
     waiting_since: Option<Instant>,
     active_since: Option<Instant>,
     port: PortReport,
@@ -632,9 +608,6 @@ pub struct Receiver {
     next_seq: u64,
     outstanding: u64,
     senders: u32,
-    /// The part of `outstanding` and `senders` that stuck reads hold.
-    stuck_outstanding: u64,
-    stuck_senders: u32,
     budget: u64,
     slow_start: bool,
     last_decrease: Option<Instant>,
@@ -682,8 +655,6 @@ impl Receiver {
             cancels: VecDeque::new(),
             urgent: VecDeque::new(),
             next_seq: 0,
-            stuck_outstanding: 0,
-            stuck_senders: 0,
             outstanding: 0,
             senders: 0,
             slow_start: true,
@@ -742,9 +713,6 @@ impl Receiver {
             completed: 0,
             hedged: 0,
             stalls: 0,
-            received: 0,
-            last_received: now,
-            stuck: false,
             spurious: 0,
             won: 0,
             waiting_since: Some(now),
@@ -780,10 +748,6 @@ impl Receiver {
         self.order.remove(&r.key);
         self.outstanding -= r.outstanding;
         self.senders -= r.senders;
-        if r.stuck {
-            self.stuck_outstanding -= r.outstanding;
-            self.stuck_senders -= r.senders;
-        }
         if r.sched.rtt().samples() > 0 {
             self.rtt = Some(r.sched.rtt().clone());
         }
@@ -842,16 +806,14 @@ impl Receiver {
             match r.sched.poll_gated(now, &gate) {
                 Polled::Action(mut a) => {
                     if let Action::Request(g) = &a {
-                        let counted = self.outstanding - self.stuck_outstanding;
                         debug_assert!(
                             matches!(g.kind, crate::GrantKind::Hedge | crate::GrantKind::Retry)
-                                || counted == 0
-                                || counted + g.len <= self.budget,
-                            "grant of {} over the port budget {} with {} outstanding ({} of stuck reads)",
+                                || self.outstanding == 0
+                                || self.outstanding + g.len <= self.budget,
+                            "grant of {} over the port budget {} with {} outstanding",
                             g.len,
                             self.budget,
-                            self.outstanding,
-                            self.stuck_outstanding
+                            self.outstanding
                         );
                         self.stats.grants += 1;
                         if g.kind != crate::GrantKind::Hedge {
@@ -1025,8 +987,6 @@ impl Receiver {
         ReceiverStats {
             budget: self.budget,
             outstanding: self.outstanding,
-            stuck_outstanding: self.stuck_outstanding,
-            stuck_senders: self.stuck_senders,
             senders: self.senders,
             base_rtt: self.base_rtt.map(|(d, _)| d),
             rate_bytes_per_sec: self.rate,
@@ -1064,14 +1024,9 @@ impl Receiver {
     /// Checks the invariants of the [module docs](self).
     pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
         let (mut out, mut senders, mut live) = (0, 0, 0);
-        let (mut stuck_out, mut stuck_senders) = (0, 0);
         for (i, s) in self.slots.iter().enumerate() {
             let Some(r) = &s.read else { continue };
             live += 1;
-            if r.stuck {
-                stuck_out += r.outstanding;
-                stuck_senders += r.senders;
-            }
             if r.outstanding != r.sched.outstanding() || r.senders != r.sched.live_senders() {
                 return Err(InvariantViolation(format!("read in slot {i}: port view out of date")));
             }
@@ -1086,12 +1041,6 @@ impl Receiver {
             return Err(InvariantViolation(format!(
                 "port outstanding {} / senders {} but reads sum to {out} / {senders}",
                 self.outstanding, self.senders
-            )));
-        }
-        if stuck_out != self.stuck_outstanding || stuck_senders != self.stuck_senders {
-            return Err(InvariantViolation(format!(
-                "stuck outstanding {} / senders {} but stuck reads sum to {stuck_out} / {stuck_senders}",
-                self.stuck_outstanding, self.stuck_senders
             )));
         }
         if self.order.len() != live {
@@ -1146,17 +1095,14 @@ impl Receiver {
     }
 
     fn gate(&self) -> Gate {
-        // Stuck reads' grants hold no room (see "A stuck read" in the module docs).
-        let counted = self.outstanding - self.stuck_outstanding;
-        let senders = self.senders - self.stuck_senders;
-        let room = if counted == 0 {
+        let room = if self.outstanding == 0 {
             u64::MAX
         } else {
-            self.budget.saturating_sub(counted)
+            self.budget.saturating_sub(self.outstanding)
         };
         Gate {
             room,
-            new_sender: senders == 0 || senders < self.config.max_senders,
+            new_sender: self.senders == 0 || self.senders < self.config.max_senders,
             hedge_room: self.hedge_tokens,
             ahead: self.ahead(),
             grant: match self.rate {
@@ -1215,19 +1161,10 @@ impl Receiver {
         r.spurious = st.hedges_spurious;
         r.won = st.hedges_won;
         let done = completed - r.completed;
-        let (old_out, old_senders, was_stuck) = (r.outstanding, r.senders, r.stuck);
+        let (old_out, old_senders) = (r.outstanding, r.senders);
         r.outstanding = out;
         r.senders = senders;
         r.completed = completed;
-        // Progress is any byte received: a read that receives is not stuck, however many of
-        // its grants stall.
-        let received = r.sched.received_bytes();
-        if received > r.received || done > 0 {
-            r.last_received = now;
-        }
-        r.received = received;
-        r.stuck = out > 0 && !r.sched.is_finished() && now.saturating_duration_since(r.last_received) >= STUCK_AFTER;
-        let stuck = r.stuck;
         r.hedged = st.hedged_bytes;
         r.stalls = st.stalls;
         let has_cancels = r.sched.has_cancels();
@@ -1261,14 +1198,6 @@ impl Receiver {
         let new_key = r.key;
         self.outstanding = self.outstanding - old_out + out;
         self.senders = self.senders - old_senders + senders;
-        if was_stuck {
-            self.stuck_outstanding -= old_out;
-            self.stuck_senders -= old_senders;
-        }
-        if stuck {
-            self.stuck_outstanding += out;
-            self.stuck_senders += senders;
-        }
         self.hedge_tokens = self.hedge_tokens.saturating_sub(hedged);
         if rekey {
             self.order.remove(&old_key);
@@ -1512,45 +1441,6 @@ mod tests {
             rx.on_bytes(t, a, gs[0].1.id, 1),
             Err(EventError::UnknownRead { read: a })
         );
-    }
-
-    #[test]
-    fn a_read_whose_server_froze_stops_holding_the_budget() {
-        // One 16 KiB budget; read a's only server never answers; read b waits behind it.
-        let cfg = ReceiverConfig::builder()
-            .adaptive(false)
-            .min_budget(16 * 1024)
-            .initial_budget(16 * 1024)
-            .build()
-            .unwrap();
-        let mut rx = Receiver::new(cfg);
-        let t = Instant::now();
-        let stripe = Stripe::fixed_block("x", &servers(1), 16 * 1024).unwrap();
-        let a = rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
-        let b_stripe = Stripe::new(vec![crate::Fragment::new(ServerId(7), "y", 0, 16 * 1024)]).unwrap();
-        let b = rx.start_read(t, &b_stripe, &Policy::default(), 2, ReadOptions::default());
-        let gs = requests(&mut rx, t);
-        assert!(gs.iter().all(|(k, _)| *k == a) && !gs.is_empty());
-        // Time passes: a's grants (and its hedges, to the same frozen server) stall.
-        let mut now = t;
-        let mut b_grants = Vec::new();
-        for _ in 0..2000 {
-            now += Duration::from_millis(5);
-            rx.handle_timeout(now);
-            b_grants.extend(requests(&mut rx, now).into_iter().filter(|(k, _)| *k == b));
-            if !b_grants.is_empty() {
-                break;
-            }
-        }
-        assert!(!b_grants.is_empty(), "b never got a grant while a was frozen");
-        assert!(rx.stats().stuck_outstanding > 0);
-        assert!(now - t < Duration::from_secs(3), "b waited {:?}", now - t);
-        // b completes; a is still stuck and its bytes still outstanding.
-        for (_, g) in &b_grants {
-            finish(&mut rx, now, b, g);
-        }
-        assert!(rx.finish_read(b).unwrap().complete);
-        assert_eq!(rx.stats().stuck_outstanding, rx.stats().outstanding);
     }
 
     #[test]

@@ -534,8 +534,6 @@ pub struct Scheduler {
     budget_eff: u64,
     outstanding: u64,
     completed: u64,
-    /// Bytes received for live grants, ever (progress, for a receiver's stuck-read test).
-    received: u64,
     server_live: Vec<u32>,
     /// Live grants per connection, `server * 2 + lane`.
     conn_live: Vec<u32>,
@@ -627,7 +625,6 @@ impl Scheduler {
             budget_eff: policy.inflight_budget(),
             outstanding: 0,
             completed: 0,
-            received: 0,
             server_live: vec![0; servers.len()],
             conn_live: vec![0; servers.len() * 2],
             conn_progress: vec![None; servers.len() * 2],
@@ -802,7 +799,6 @@ impl Scheduler {
             live.last_progress = now;
             let f = live.frag as usize;
             self.outstanding -= n;
-            self.received += n;
             self.frags[f].backoff = 0;
             if first {
                 self.rtt.on_sample(sample);
@@ -956,11 +952,6 @@ impl Scheduler {
     /// gave one.
     pub(crate) fn take_sample(&mut self) -> Option<Duration> {
         self.last_sample.take()
-    }
-
-    /// Bytes received for live grants since the read started.
-    pub(crate) fn received_bytes(&self) -> u64 {
-        self.received
     }
 
     /// Grants outstanding.
