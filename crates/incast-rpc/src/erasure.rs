@@ -17,9 +17,10 @@
 //!   STRAGGLER_FLOOR`, a parity shard is requested, and the wait starts again. The port serves
 //!   equal reads in start order, so the earliest-started shard still running is the one it
 //!   serves, and nothing completing means that one is stuck: its read is dropped as the parity
-//!   starts, which frees its share of the port at once (the port itself discounts a silent
-//!   read only after 250 ms). A frozen host's shard is covered a few shard times after the healthy ones,
-//!   not at the read's deadline; before the first shard completes nothing is judged late;
+//!   starts, which frees its share of the port at once (the port keeps a silent read's
+//!   grants: see "A silent server" in `incast_core::receiver`). A frozen host's shard is
+//!   covered a few shard times after the healthy ones, not at the read's deadline; before the
+//!   first shard completes nothing is judged late;
 //! - the read ends as soon as `k` shards are whole. The reads still running are dropped: their
 //!   connections are closed, not drained back into the pool (a shortfall against reads of
 //!   plain stripes, which drain cancelled requests);
