@@ -170,8 +170,16 @@ async fn a_server_killed_mid_read_is_covered_by_parity() {
     let out = reader.await.unwrap().unwrap();
     assert!(out.block == c.block);
     assert!(!out.used.contains(&2));
-    assert_eq!(out.failures.len(), 1);
-    assert_eq!(out.parity_requested, 1);
+    assert!(
+        out.used.iter().any(|&i| i >= 6),
+        "a parity shard was used: {:?}",
+        out.used
+    );
+    // Shard 2 is covered either when its server dies (a failure) or, if the other shards
+    // finish first, as a straggler whose read is dropped (no failure) and then, if the death
+    // still lands before the drop, once more: one or two parity shards, never a re-request.
+    assert!(out.failures.iter().all(|(i, _)| *i == 2), "{:?}", out.failures);
+    assert!((1..=2).contains(&out.parity_requested), "{}", out.parity_requested);
     for s in c.servers.into_iter().flatten() {
         s.shutdown().await;
     }
