@@ -79,8 +79,9 @@ use crate::{Client, FanInError, ReadReport};
 pub const MAX_SHARDS: usize = 256;
 /// A shard is late when none completes for this many mean gaps between completions...
 pub const STRAGGLER_FACTOR: f64 = 3.0;
-/// ...plus this, so scheduling noise between fast shards does not count as a straggler
-/// (5 ms requested parity now and then on a loaded 2-core machine, loopback).
+/// ...plus this, so scheduling noise between fast shards does not count as a straggler (a
+/// margin for a loaded machine; on the testbed it adds about 15 ms to a faulted read over a
+/// 5 ms floor).
 pub const STRAGGLER_FLOOR: Duration = Duration::from_millis(20);
 
 /// Why an erasure stripe is invalid, or an erasure read failed.
