@@ -229,14 +229,20 @@ impl ReadSched {
         }
     }
 
-    pub(crate) fn on_done(&mut self, now: Instant, id: GrantId) -> Result<(), EventError> {
+    /// Grant `id` of fragment `fragment` ended whole; returns the fragment's confirmed bytes
+    /// after it (one lock of the port for both).
+    pub(crate) fn on_done(&mut self, now: Instant, id: GrantId, fragment: usize) -> Result<u64, EventError> {
         match self {
-            ReadSched::Own(s) => s.on_done(now, id),
+            ReadSched::Own(s) => {
+                s.on_done(now, id)?;
+                Ok(s.fragment_confirmed(fragment).unwrap_or(0))
+            }
             ReadSched::Shared(s) => {
                 let mut g = s.port.lock();
                 let r = g.rx.on_done(now, s.key, id);
                 g.note_budget();
-                r
+                r?;
+                Ok(g.rx.fragment_confirmed(s.key, fragment).unwrap_or(0))
             }
         }
     }
@@ -251,15 +257,6 @@ impl ReadSched {
                 r
             }
         }
-    }
-
-    /// Bytes of fragment `fragment` confirmed so far (0 if unknown).
-    pub(crate) fn fragment_confirmed(&self, fragment: usize) -> u64 {
-        match self {
-            ReadSched::Own(s) => s.fragment_confirmed(fragment),
-            ReadSched::Shared(s) => s.port.lock().rx.fragment_confirmed(s.key, fragment),
-        }
-        .unwrap_or(0)
     }
 
     /// Loss the servers reported: the port's budget reacts (a read alone ignores it: its

@@ -860,7 +860,7 @@ impl<'a> Driver<'a> {
                 let Some(g) = f.grant else {
                     if let Some(orig) = f.cancelled.filter(|_| !cancelled && f.received == f.len) {
                         // The original of a hedge ended whole: the scheduler counts it spurious.
-                        let _ = self.sched.on_done(now, orig);
+                        let _ = self.sched.on_done(now, orig, f.fragment);
                     }
                     return Ok(());
                 };
@@ -907,10 +907,12 @@ impl<'a> Driver<'a> {
             self.grant_failed(now, g, why);
             return Ok(());
         }
-        self.sched.on_done(now, g).map_err(|e| format!("{server}: {e}"))?;
         // The scheduler's count, not `+= got.len`: the late end of a hedged original is not
         // counted twice.
-        let confirmed = self.sched.fragment_confirmed(got.fragment);
+        let confirmed = self
+            .sched
+            .on_done(now, g, got.fragment)
+            .map_err(|e| format!("{server}: {e}"))?;
         let fr = &mut self.report.fragments[got.fragment];
         if confirmed > fr.bytes {
             fr.bytes = confirmed;
