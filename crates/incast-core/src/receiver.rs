@@ -908,6 +908,16 @@ impl Receiver {
         Ok(d)
     }
 
+    /// The server of grant `id` of read `read` announced its fragment's length. See
+    /// [`Scheduler::on_length`]: the port gets back the budget the grant held beyond it.
+    pub fn on_length(&mut self, now: Instant, read: ReadKey, id: GrantId, len: u64) -> Result<(), EventError> {
+        let r = self.read_mut(read).ok_or(EventError::UnknownRead { read })?;
+        r.sched.on_length(now, id, len)?;
+        self.sync(now, read);
+        self.debug_check();
+        Ok(())
+    }
+
     /// Grant `id` of read `read` is done. See [`Scheduler::on_done`].
     pub fn on_done(&mut self, now: Instant, read: ReadKey, id: GrantId) -> Result<(), EventError> {
         let r = self.read_mut(read).ok_or(EventError::UnknownRead { read })?;
@@ -981,6 +991,11 @@ impl Receiver {
     /// ([`Scheduler::fragment_confirmed`]; `None`: not a live read, or no such fragment).
     pub fn fragment_confirmed(&self, read: ReadKey, fragment: usize) -> Option<u64> {
         self.read(read).and_then(|r| r.sched.fragment_confirmed(fragment))
+    }
+    /// The length of fragment `fragment` of read `read`, once known
+    /// ([`Scheduler::fragment_len`]).
+    pub fn fragment_len(&self, read: ReadKey, fragment: usize) -> Option<u64> {
+        self.read(read).and_then(|r| r.sched.fragment_len(fragment))
     }
     /// Port-wide counters.
     pub fn stats(&self) -> ReceiverStats {
@@ -1161,6 +1176,9 @@ impl Receiver {
         r.spurious = st.hedges_spurious;
         r.won = st.hedges_won;
         let done = completed - r.completed;
+        // A fragment's length learnt from its server shrinks the read (SRPT's key).
+        let shrunk = r.sched.block_len() != r.block_len;
+        r.block_len = r.sched.block_len();
         let (old_out, old_senders) = (r.outstanding, r.senders);
         r.outstanding = out;
         r.senders = senders;
@@ -1190,7 +1208,7 @@ impl Receiver {
         }
         r.port.budget_min = r.port.budget_min.min(budget);
         r.port.budget_max = r.port.budget_max.max(budget);
-        let rekey = done > 0 && r.key.0 == 1;
+        let rekey = (done > 0 || shrunk) && r.key.0 == 1;
         let old_key = r.key;
         if rekey {
             r.key.2 = r.block_len - completed;

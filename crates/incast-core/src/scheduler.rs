@@ -64,6 +64,21 @@
 //!   grant is confirmed by [`Scheduler::on_done`], so a grant that fails half-way (or fails
 //!   its checksum) is re-requested whole and the block never keeps a short or corrupt range.
 //!
+//! # Lengths learnt on the way
+//!
+//! A fragment of unknown length ([`crate::Fragment::up_to`], [`crate::Fragment::query`]) is
+//! scheduled as if it were as long as its maximum, with one rule more: until its length is
+//! known it gets its first grant only (one chunk, as any fragment's first grant: Homa's
+//! *unscheduled bytes*, a share of the budget, not the whole maximum). The server announces
+//! the true length in the first frame of every response to it; the transport reports that
+//! with [`Scheduler::on_length`] before any of its bytes. Then the fragment shrinks to its
+//! true length: the first grant is cut to what the server will send (the budget it held
+//! beyond that is released at once; a grant cut to nothing ends there), and the rest is granted like any fragment's, first
+//! in line after re-requests. The budget is thus charged by what was granted, never by what
+//! a server might send. A length over the maximum, a length that differs from the one already
+//! learnt (a replica that disagrees) and bytes before a length are refused with a typed
+//! [`EventError`]: the transport fails that grant, and the read tries a replica or fails.
+//!
 //! # Invariants
 //!
 //! Checked by [`Scheduler::check_invariants`], and after every event in debug builds
@@ -74,7 +89,9 @@
 //!    counters per server and per connection match the live grants;
 //! 3. per fragment, confirmed + live + holes + not yet granted = its length, and the sum
 //!    of confirmed bytes is `completed`;
-//! 4. the read is complete if and only if `completed == block_len`;
+//! 4. the read is complete if and only if `completed == block_len` (the sum of the fragments'
+//!    lengths, with the maximum for those whose length is not known yet); a fragment whose
+//!    length is not known has nothing confirmed;
 //! 5. hedged bytes `<=` the hedge budget, and timer entries `<= 2 * live grants + 65`;
 //! 6. every started fragment that could take a grant is queued, and while the read is not
 //!    finished something is pending; with nothing outstanding, the next grant fits.
@@ -268,6 +285,38 @@ pub enum EventError {
         /// Bytes of this event beyond `len`.
         extra: u64,
     },
+    /// A server announced a fragment length over the fragment's maximum.
+    #[error("{id} on {server}: the server announced {len} bytes, the fragment allows at most {max}")]
+    LengthOverMax {
+        /// The grant.
+        id: GrantId,
+        /// Its server.
+        server: ServerId,
+        /// The length announced.
+        len: u64,
+        /// The fragment's maximum.
+        max: u64,
+    },
+    /// A server announced a fragment length that differs from the one already learnt.
+    #[error("{id} on {server}: the server announced {len} bytes, the fragment has {known}")]
+    LengthChanged {
+        /// The grant.
+        id: GrantId,
+        /// Its server.
+        server: ServerId,
+        /// The length announced.
+        len: u64,
+        /// The length learnt before.
+        known: u64,
+    },
+    /// Bytes of a fragment whose length was not announced yet.
+    #[error("{id} on {server}: bytes before the fragment's length was announced")]
+    LengthUnknown {
+        /// The grant.
+        id: GrantId,
+        /// Its server.
+        server: ServerId,
+    },
     /// The server said it was done before all bytes arrived.
     #[error("{id} on {server}: ended after {received} of {len} bytes")]
     Short {
@@ -424,11 +473,15 @@ struct Frag {
     stalled: u32,
     in_ready: bool,
     in_urgent: bool,
+    /// The length is known (always, but for a fragment of unknown length before
+    /// [`Scheduler::on_length`]; `len` is then its maximum).
+    known: bool,
 }
 
 impl Frag {
     fn has_work(&self) -> bool {
-        !self.holes.is_empty() || self.next < self.len
+        // Before its length is known a fragment takes its first grant only.
+        !self.holes.is_empty() || (self.next < self.len && (self.known || self.next == 0))
     }
     fn holes_len(&self) -> u64 {
         self.holes.iter().map(|h| h.len).sum()
@@ -605,6 +658,7 @@ impl Scheduler {
                 stalled: 0,
                 in_ready: false,
                 in_urgent: false,
+                known: f.known_len().is_some() || f.len() == 0,
             });
         }
         let block_len = stripe.block_len();
@@ -786,6 +840,12 @@ impl Scheduler {
                 extra: n - (live.len - live.received),
             });
         }
+        if !self.frags[live.frag as usize].known {
+            return Err(EventError::LengthUnknown {
+                id,
+                server: self.servers[live.server as usize],
+            });
+        }
         let at = self.frags[live.frag as usize].block_start + live.start + live.received;
         if n > 0 {
             // Only a grant that had its connection to itself gives a clean RTT sample; one
@@ -808,6 +868,78 @@ impl Scheduler {
         }
         self.debug_check();
         Ok(Delivery::Write { block_offset: at })
+    }
+
+    /// The server of grant `id` announced that the grant's fragment is `len` bytes long (the
+    /// first frame of a response to a fragment of unknown length; see "Lengths learnt on the
+    /// way" in the [module docs](self)). The first time, the fragment takes that length: its
+    /// grants are cut to it and the rest becomes grantable. Late or cancelled ids are ignored.
+    ///
+    /// Refused, with the state unchanged: a length over the fragment's maximum
+    /// ([`EventError::LengthOverMax`]), one that differs from the length learnt before
+    /// ([`EventError::LengthChanged`], also for a fragment whose length the stripe gave).
+    pub fn on_length(&mut self, _now: Instant, id: GrantId, len: u64) -> Result<(), EventError> {
+        let Some(live) = self.slot_of(id)? else {
+            return Ok(());
+        };
+        let (f, server) = (live.frag as usize, self.servers[live.server as usize]);
+        let frag = &self.frags[f];
+        if frag.known {
+            if len != frag.len {
+                return Err(EventError::LengthChanged {
+                    id,
+                    server,
+                    len,
+                    known: frag.len,
+                });
+            }
+            return Ok(());
+        }
+        if len > frag.len {
+            return Err(EventError::LengthOverMax {
+                id,
+                server,
+                len,
+                max: frag.len,
+            });
+        }
+        let cut = frag.len - len;
+        let frag = &mut self.frags[f];
+        frag.known = true;
+        frag.len = len;
+        frag.next = frag.next.min(len);
+        for h in &mut frag.holes {
+            h.len = h.len.min(len.saturating_sub(h.start));
+        }
+        frag.holes.retain(|h| h.len > 0);
+        self.block_len -= cut;
+        // Before this, the fragment had its first range only: at most one live grant, with
+        // nothing received (bytes are refused until the length is known). O(slots), once
+        // per fragment. A grant cut to nothing has nothing left to wait for: it ends here,
+        // and its response's events are then late ones.
+        if frag.live > 0 {
+            let mut ended = Vec::new();
+            for (i, slot) in self.slots.iter_mut().enumerate() {
+                let Some(l) = slot.live.as_mut().filter(|l| l.frag as usize == f) else {
+                    continue;
+                };
+                let keep = l.len.min(len.saturating_sub(l.start)).max(l.received);
+                self.outstanding -= l.len - keep;
+                l.len = keep;
+                if keep == 0 {
+                    ended.push(GrantId::new(i as u32, slot.generation));
+                }
+            }
+            for g in ended {
+                self.release(g);
+            }
+        }
+        self.requeue(f as u32);
+        if self.completed == self.block_len && self.outcome.is_none() {
+            self.outcome = Some(Outcome::Complete);
+        }
+        self.debug_check();
+        Ok(())
     }
 
     /// The server finished grant `id` and its bytes are good (checksums, if any, passed). Its
@@ -930,6 +1062,11 @@ impl Scheduler {
     pub fn fragment_confirmed(&self, fragment: usize) -> Option<u64> {
         self.frags.get(fragment).map(|f| f.confirmed)
     }
+    /// The length of fragment `fragment`, once known: the stripe's, or the one its server
+    /// announced ([`Scheduler::on_length`]). `None` while unknown, or for no such fragment.
+    pub fn fragment_len(&self, fragment: usize) -> Option<u64> {
+        self.frags.get(fragment).filter(|f| f.known).map(|f| f.len)
+    }
     /// The effective in-flight budget (B, or less under adaptation).
     pub fn effective_budget(&self) -> u64 {
         self.budget_eff
@@ -1009,6 +1146,9 @@ impl Scheduler {
                     "fragment {i}: {live} live grants, counter {}, depth {}",
                     f.live, self.depth
                 ));
+            }
+            if !f.known && f.confirmed > 0 {
+                return violation(format!("fragment {i}: confirmed bytes before its length is known"));
             }
             if f.next > f.len || f.confirmed + live_bytes + f.holes_len() + (f.len - f.next) != f.len {
                 return violation(format!(
@@ -1969,5 +2109,150 @@ mod tests {
             b / 4_000,
             "grants fill the effective budget, not B"
         );
+    }
+
+    /// A transport that answers every grant at once; fragment `i` of unknown length is
+    /// `lens[i]` bytes long. Returns the bytes delivered per fragment.
+    fn run_unknown(s: &mut Scheduler, stripe: &Stripe, lens: &[u64], now: Instant) -> Vec<u64> {
+        let mut got = vec![0u64; stripe.len()];
+        let mut rounds = 0;
+        while !s.is_finished() {
+            rounds += 1;
+            assert!(rounds < 100_000, "no progress");
+            let gs = requests(s, now);
+            assert!(!gs.is_empty(), "idle but not finished");
+            for g in gs {
+                if stripe.fragment(g.fragment).known_len().is_none() {
+                    s.on_length(now, g.id, lens[g.fragment]).unwrap();
+                }
+                // The grant as cut: what the server sends.
+                let start = g.object_offset - stripe.fragment(g.fragment).offset();
+                let n = g.len.min(s.fragment_len(g.fragment).unwrap().saturating_sub(start));
+                if n > 0 {
+                    assert!(matches!(s.on_bytes(now, g.id, n).unwrap(), Delivery::Write { .. }));
+                }
+                got[g.fragment] += n;
+                s.on_done(now, g.id).unwrap();
+            }
+        }
+        got
+    }
+
+    #[test]
+    fn unknown_lengths_are_learnt_and_read_whole() {
+        let p = Policy::builder()
+            .grant_size(GrantSize::Chunk { bytes: 1000 })
+            .pipeline_depth(4)
+            .inflight_budget(8_000)
+            .build()
+            .unwrap();
+        // Lengths around the chunk and the maximum, and 0.
+        let lens = [0u64, 1, 999, 1000, 1001, 4321, 10_000, 0];
+        let mut frags: Vec<Fragment> = lens
+            .iter()
+            .enumerate()
+            .map(|(i, _)| Fragment::query(ServerId(i as u32), "idx", vec![i as u8], 10_000))
+            .collect();
+        frags.push(Fragment::new(ServerId(9), "k", 0, 2500));
+        let lens: Vec<u64> = lens.iter().copied().chain([2500]).collect();
+        let stripe = Stripe::new(frags).unwrap();
+        let now = Instant::now();
+        let mut s = Scheduler::new(&stripe, &p, 7);
+        assert_eq!(s.block_len(), 8 * 10_000 + 2500);
+        assert_eq!(s.fragment_len(0), None);
+        assert_eq!(s.fragment_len(8), Some(2500));
+        let got = run_unknown(&mut s, &stripe, &lens, now);
+        assert!(s.is_complete());
+        assert_eq!(got, lens);
+        assert_eq!(s.block_len(), lens.iter().sum::<u64>());
+        for (i, l) in lens.iter().enumerate() {
+            assert_eq!(s.fragment_len(i), Some(*l));
+            assert_eq!(s.fragment_confirmed(i), Some(*l));
+        }
+        s.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn an_unknown_fragment_gets_one_grant_until_its_length_and_frees_the_rest_of_it() {
+        let p = Policy::builder()
+            .grant_size(GrantSize::Chunk { bytes: 1000 })
+            .pipeline_depth(4)
+            .inflight_budget(100_000)
+            .build()
+            .unwrap();
+        let stripe = Stripe::new(vec![Fragment::up_to(ServerId(0), "log", 0, 50_000)]).unwrap();
+        let now = Instant::now();
+        let mut s = Scheduler::new(&stripe, &p, 1);
+        let gs = requests(&mut s, now);
+        // Depth 4, but the length is unknown: one grant, one chunk (unscheduled bytes).
+        assert_eq!(gs.len(), 1);
+        assert_eq!(gs[0].len, 1000);
+        assert_eq!(s.outstanding(), 1000);
+        // Bytes before the length are refused, and change nothing.
+        assert!(matches!(
+            s.on_bytes(now, gs[0].id, 10),
+            Err(EventError::LengthUnknown { .. })
+        ));
+        assert!(matches!(
+            s.on_length(now, gs[0].id, 50_001),
+            Err(EventError::LengthOverMax {
+                len: 50_001,
+                max: 50_000,
+                ..
+            })
+        ));
+        assert_eq!(s.outstanding(), 1000);
+        s.on_length(now, gs[0].id, 300).unwrap();
+        // The grant is cut to 300 bytes: the budget it held beyond that is free at once.
+        assert_eq!(s.outstanding(), 300);
+        assert_eq!(s.block_len(), 300);
+        assert!(requests(&mut s, now).is_empty());
+        // The same length again is fine; another is refused.
+        s.on_length(now, gs[0].id, 300).unwrap();
+        assert!(matches!(
+            s.on_length(now, gs[0].id, 301),
+            Err(EventError::LengthChanged {
+                len: 301,
+                known: 300,
+                ..
+            })
+        ));
+        assert!(matches!(
+            s.on_bytes(now, gs[0].id, 301),
+            Err(EventError::TooManyBytes { .. })
+        ));
+        s.on_bytes(now, gs[0].id, 300).unwrap();
+        s.on_done(now, gs[0].id).unwrap();
+        assert!(s.is_complete());
+    }
+
+    #[test]
+    fn a_length_over_the_maximum_moves_the_fragment_to_a_replica() {
+        let stripe = Stripe::new(vec![
+            Fragment::query(ServerId(0), "idx", b"q".as_slice(), 5000).with_replicas([ServerId(1)])
+        ])
+        .unwrap();
+        let now = Instant::now();
+        let mut s = Scheduler::new(&stripe, &Policy::default(), 3);
+        let g = requests(&mut s, now).remove(0);
+        assert_eq!(g.server, ServerId(0));
+        assert!(s.on_length(now, g.id, 6000).is_err());
+        // The transport fails the grant; the read moves on to the replica.
+        s.on_failed(now, g.id).unwrap();
+        let r = requests(&mut s, now).remove(0);
+        assert_eq!((r.server, r.kind), (ServerId(1), GrantKind::Retry));
+        s.on_length(now, r.id, 4000).unwrap();
+        s.on_bytes(now, r.id, r.len.min(4000)).unwrap();
+        s.on_done(now, r.id).unwrap();
+        run_unknown(&mut s, &stripe, &[4000], now);
+        assert!(s.is_complete());
+        assert_eq!(s.fragment_len(0), Some(4000));
+        // With no replica left, the read fails naming the server.
+        let lone = Stripe::new(vec![Fragment::up_to(ServerId(0), "k", 0, 10)]).unwrap();
+        let mut s = Scheduler::new(&lone, &Policy::default(), 3);
+        let g = requests(&mut s, now).remove(0);
+        assert!(s.on_length(now, g.id, 11).is_err());
+        s.on_failed(now, g.id).unwrap();
+        assert!(matches!(s.error(), Some(ReadError::ServerFailed { fragment: 0, .. })));
     }
 }

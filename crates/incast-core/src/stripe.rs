@@ -14,6 +14,15 @@
 //! Fragments are laid end to end in the block in the order given: fragment `i` fills the
 //! block range [`Stripe::block_range`]`(i)`. A fragment may name replicas, other servers that
 //! hold the same bytes under the same key and offset; the scheduler retries or hedges there.
+//!
+//! # Lengths the client does not know
+//!
+//! A search shard's answer, or an object read to its end, has a size only the server knows.
+//! [`Fragment::up_to`] and [`Fragment::query`] give a *maximum* instead of a length: the server
+//! announces the true length in its first response frame, and the scheduler grants the rest
+//! once it knows it (see [`crate::scheduler`], "Lengths learnt on the way"). Such a stripe is
+//! laid out at the maxima ([`Stripe::block_range`] and [`Stripe::block_len`] are upper
+//! bounds, and nothing is allocated for them); [`Stripe::has_unknown_lengths`] tells it apart.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -29,6 +38,9 @@ pub const MAX_FRAGMENTS: usize = 1 << 16;
 pub const MAX_BLOCK_LEN: u64 = 1 << 40;
 /// Most replicas one fragment may name besides its primary server (8).
 pub const MAX_REPLICAS: usize = 8;
+/// Longest query a fragment may carry ([`Fragment::query`]), in bytes (16 KiB): a query
+/// travels in one request frame, which the server reads whole before answering.
+pub const MAX_QUERY_LEN: usize = 16 * 1024;
 
 /// Identifies a server. The core never resolves it; the transport maps it to an address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -41,7 +53,9 @@ impl fmt::Display for ServerId {
     }
 }
 
-/// One server's part of a block: `len` bytes of object `key` starting at `offset` on `server`.
+/// One server's part of a block: `len` bytes of object `key` starting at `offset` on `server`;
+/// or, for a fragment of unknown length, at most `len` bytes of the object from `offset` to
+/// its end ([`Fragment::up_to`]) or of the server's answer to a query ([`Fragment::query`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Fragment {
     server: ServerId,
@@ -50,6 +64,19 @@ pub struct Fragment {
     len: u64,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     replicas: Vec<ServerId>,
+    /// False: `len` is a maximum, the server announces the true length.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    exact: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    query: Option<Arc<[u8]>>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 impl Fragment {
@@ -61,6 +88,48 @@ impl Fragment {
             offset,
             len,
             replicas: Vec::new(),
+            exact: true,
+            query: None,
+        }
+    }
+
+    /// A fragment whose length only the server knows: the bytes of object `key` from
+    /// `offset` to its end, at most `max_len` of them. The server announces the object's
+    /// size in its first response frame; a size beyond `offset + max_len` fails the
+    /// fragment on that server (a typed error, and the read tries a replica).
+    ///
+    /// ```
+    /// use incast_core::{Fragment, ServerId, Stripe};
+    /// let s = Stripe::new(vec![Fragment::up_to(ServerId(0), "log", 4096, 1 << 20)])?;
+    /// assert!(s.has_unknown_lengths());
+    /// assert_eq!(s.fragment(0).known_len(), None);
+    /// assert_eq!(s.block_len(), 1 << 20); // an upper bound
+    /// # Ok::<(), incast_core::StripeError>(())
+    /// ```
+    pub fn up_to(server: ServerId, key: impl Into<Arc<str>>, offset: u64, max_len: u64) -> Self {
+        Self {
+            exact: false,
+            ..Self::new(server, key, offset, max_len)
+        }
+    }
+
+    /// A fragment that is the server's answer to `query` (opaque bytes, at most
+    /// [`MAX_QUERY_LEN`]) against `key` (for example an index name), at most `max_len`
+    /// bytes long. The server's query handler computes the answer and announces its length
+    /// in the first response frame; the bytes are then scheduled like any other fragment's.
+    /// Replicas must give the same answer (the read may move to one half-way).
+    ///
+    /// ```
+    /// use incast_core::{Fragment, ServerId, Stripe};
+    /// let f = Fragment::query(ServerId(3), "index", b"term:incast".as_slice(), 4 << 20);
+    /// assert_eq!(f.query_bytes(), Some(&b"term:incast"[..]));
+    /// let s = Stripe::new(vec![f])?;
+    /// # Ok::<(), incast_core::StripeError>(())
+    /// ```
+    pub fn query(server: ServerId, key: impl Into<Arc<str>>, query: impl Into<Arc<[u8]>>, max_len: u64) -> Self {
+        Self {
+            query: Some(query.into()),
+            ..Self::up_to(server, key, 0, max_len)
         }
     }
 
@@ -87,13 +156,22 @@ impl Fragment {
     pub fn offset(&self) -> u64 {
         self.offset
     }
-    /// Length in bytes (may be 0).
+    /// Length in bytes (may be 0); for a fragment of unknown length, its maximum.
     pub fn len(&self) -> u64 {
         self.len
     }
-    /// True when the fragment has no bytes.
+    /// True when the fragment has no bytes (or may have none beyond a maximum of 0).
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+    /// The length, if the client knows it (`None` for [`Fragment::up_to`] and
+    /// [`Fragment::query`] fragments).
+    pub fn known_len(&self) -> Option<u64> {
+        self.exact.then_some(self.len)
+    }
+    /// The query this fragment asks its server to answer, if any.
+    pub fn query_bytes(&self) -> Option<&[u8]> {
+        self.query.as_deref()
     }
     /// Replicas, in the order the scheduler tries them.
     pub fn replicas(&self) -> &[ServerId] {
@@ -144,6 +222,16 @@ pub enum StripeError {
         /// The limit, [`MAX_REPLICAS`].
         max: usize,
     },
+    /// A query longer than [`MAX_QUERY_LEN`].
+    #[error("fragment {fragment} carries a {len}-byte query, at most {max} bytes are allowed")]
+    QueryTooLong {
+        /// Index of the fragment.
+        fragment: usize,
+        /// Query length.
+        len: usize,
+        /// The limit, [`MAX_QUERY_LEN`].
+        max: usize,
+    },
     /// A replica repeats the primary server or another replica.
     #[error("fragment {fragment} names {server} more than once (primary and replicas must differ)")]
     DuplicateReplica {
@@ -162,6 +250,8 @@ pub struct Stripe {
     starts: Vec<u64>,
     #[serde(skip)]
     block_len: u64,
+    #[serde(skip)]
+    unknown: bool,
 }
 
 impl<'de> Deserialize<'de> for Stripe {
@@ -208,6 +298,13 @@ impl Stripe {
                     len: f.len,
                 });
             }
+            if let Some(q) = f.query.as_deref().filter(|q| q.len() > MAX_QUERY_LEN) {
+                return Err(StripeError::QueryTooLong {
+                    fragment: i,
+                    len: q.len(),
+                    max: MAX_QUERY_LEN,
+                });
+            }
             if f.replicas.len() > MAX_REPLICAS {
                 return Err(StripeError::TooManyReplicas {
                     fragment: i,
@@ -236,10 +333,12 @@ impl Stripe {
                 });
             }
         }
+        let unknown = fragments.iter().any(|f| !f.exact);
         Ok(Self {
             fragments,
             starts,
             block_len: total,
+            unknown,
         })
     }
 
@@ -315,11 +414,18 @@ impl Stripe {
     pub fn is_empty(&self) -> bool {
         self.fragments.is_empty()
     }
-    /// Total bytes of the block.
+    /// Total bytes of the block; with [unknown lengths](self#lengths-the-client-does-not-know),
+    /// the sum of the maxima (an upper bound).
     pub fn block_len(&self) -> u64 {
         self.block_len
     }
-    /// Where fragment `i` lands in the block. Panics if `i >= self.len()`.
+    /// Whether some fragment's length is known only to its server ([`Fragment::up_to`],
+    /// [`Fragment::query`]).
+    pub fn has_unknown_lengths(&self) -> bool {
+        self.unknown
+    }
+    /// Where fragment `i` lands in the block (laid out at the maxima for fragments of
+    /// unknown length). Panics if `i >= self.len()`.
     pub fn block_range(&self, i: usize) -> Range<u64> {
         let start = self.starts[i];
         start..start + self.fragments[i].len
@@ -395,6 +501,11 @@ mod tests {
             Stripe::new(too_many),
             Err(StripeError::TooManyFragments { .. })
         ));
+        let long = Fragment::query(ServerId(0), "k", vec![0u8; MAX_QUERY_LEN + 1], 1);
+        assert!(matches!(
+            Stripe::new(vec![long]),
+            Err(StripeError::QueryTooLong { fragment: 0, .. })
+        ));
         let msg = StripeError::RangeOverflow {
             fragment: 3,
             offset: 1,
@@ -415,6 +526,14 @@ mod tests {
         let back: Stripe = serde_json::from_str(&json).unwrap();
         assert_eq!(back, s);
         assert_eq!(back.block_range(1), 10..10);
+        let open = Stripe::new(vec![
+            Fragment::query(ServerId(0), "idx", b"q".as_slice(), 100),
+            Fragment::up_to(ServerId(1), "b", 7, 9),
+        ])
+        .unwrap();
+        let back: Stripe = serde_json::from_str(&serde_json::to_string(&open).unwrap()).unwrap();
+        assert_eq!(back, open);
+        assert!(back.has_unknown_lengths() && !s.has_unknown_lengths());
         let bad = r#"{"fragments":[{"server":0,"key":"a","offset":0,"len":1,"replicas":[0]}]}"#;
         let err = serde_json::from_str::<Stripe>(bad).unwrap_err().to_string();
         assert!(err.contains("more than once"), "{err}");

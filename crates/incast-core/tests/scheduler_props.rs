@@ -11,6 +11,9 @@
 //! - bytes are written exactly where the grant says, cancelled grants' bytes are discarded,
 //!   and confirmed ranges never overlap (every byte delivered exactly once, hedges included);
 //! - the read is complete exactly when the confirmed ranges cover the block;
+//! - fragments of unknown length (none, some or all, per case) are announced by the harness's
+//!   "server" before their first byte, at a hidden length from 0 to the maximum: grants are
+//!   cut to it, the budget counts the cut grants, and the block is the hidden lengths' sum;
 //! - a fragment whose every server failed ends the read with an error naming the server,
 //!   and never a complete (short) block.
 //!
@@ -71,6 +74,8 @@ struct StripeSpec {
     layout: u8,
     len: u64,
     replicas: u8,
+    /// 0: every length known; 1: about a third unknown ([`Fragment::up_to`]); 2: all unknown.
+    open: u8,
     seed: u64,
 }
 
@@ -83,15 +88,17 @@ fn stripe_spec() -> impl Strategy<Value = StripeSpec> {
                 0u8..3,
                 0u64..=(1u64 << le).min(MAX_FRAGMENT_LEN),
                 0u8..3,
+                0u8..3,
                 any::<u64>(),
             )
         })
-        .prop_map(|(fragments, servers, layout, len, replicas, seed)| StripeSpec {
+        .prop_map(|(fragments, servers, layout, len, replicas, open, seed)| StripeSpec {
             fragments,
             servers: servers.min(fragments),
             layout,
             len,
             replicas,
+            open,
             seed,
         })
 }
@@ -115,7 +122,12 @@ fn build_stripe(spec: &StripeSpec) -> Stripe {
         .enumerate()
         .map(|(i, &len)| {
             let server = (i as u32) % spec.servers;
-            let f = Fragment::new(ServerId(server), "k", rng.below(1 << 30), len);
+            let offset = rng.below(1 << 30);
+            let f = match spec.open {
+                1 if rng.below(3) == 0 => Fragment::up_to(ServerId(server), "k", offset, len),
+                2 => Fragment::up_to(ServerId(server), "k", offset, len),
+                _ => Fragment::new(ServerId(server), "k", offset, len),
+            };
             // replicas: 0 none, 1 some fragments get 1-2, 2 every fragment gets 1-2.
             let want = match spec.replicas {
                 0 => 0,
@@ -261,6 +273,8 @@ fn ops(max_fail_weight: u32) -> impl Strategy<Value = Vec<Op>> {
 struct LiveGrant {
     g: Grant,
     received: u64,
+    /// The "server" announced the fragment's length to this grant (unknown lengths only).
+    announced: bool,
 }
 
 struct Harness {
@@ -282,12 +296,34 @@ struct Harness {
     steps: u64,
     /// True right after a poll drained every action.
     synced: bool,
+    /// Every fragment's true length (hidden from the scheduler for unknown ones).
+    truth: Vec<u64>,
+    /// Whether the scheduler knows fragment `i`'s length.
+    learnt: Vec<bool>,
 }
 
 impl Harness {
     fn new(stripe: Stripe, policy: &Policy, seed: u64) -> Self {
         let s = Scheduler::new(&stripe, policy, seed);
+        let mut rng = Mix(seed ^ 0x5EED);
+        let truth = stripe
+            .fragments()
+            .iter()
+            .map(|f| match (f.known_len(), rng.below(8)) {
+                (Some(l), _) => l,
+                (None, 0) => 0,
+                (None, 1 | 2) => f.len(),
+                (None, _) => rng.below(f.len() + 1),
+            })
+            .collect();
+        let learnt = stripe
+            .fragments()
+            .iter()
+            .map(|f| f.known_len().is_some() || f.is_empty())
+            .collect();
         Self {
+            truth,
+            learnt,
             s,
             k: policy.max_senders(),
             depth: policy.pipeline_depth(),
@@ -351,7 +387,11 @@ impl Harness {
                         !self.overlaps_confirmed(start, end),
                         "grant re-requests confirmed bytes"
                     );
-                    self.live.push(LiveGrant { g, received: 0 });
+                    self.live.push(LiveGrant {
+                        g,
+                        received: 0,
+                        announced: false,
+                    });
                 }
                 Action::Cancel { id, server, lane } => {
                     let i = self.live.iter().position(|l| l.g.id == id);
@@ -365,11 +405,40 @@ impl Harness {
         Ok(())
     }
 
+    /// The server of live grant `i` announces its fragment's length (unknown lengths only,
+    /// once per grant, before its first byte), and the model cuts the grant to it. True when
+    /// that cut it to nothing: the grant has ended (its later events are late ones).
+    fn announce(&mut self, i: usize) -> Result<bool, TestCaseError> {
+        let l = &mut self.live[i];
+        let f = self.stripe.fragment(l.g.fragment);
+        if l.announced || f.known_len().is_some() {
+            return Ok(false);
+        }
+        let truth = self.truth[l.g.fragment];
+        self.s
+            .on_length(self.now, l.g.id, truth)
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        l.announced = true;
+        let start = l.g.object_offset - f.offset();
+        l.g.len = l.g.len.min(truth.saturating_sub(start));
+        self.learnt[l.g.fragment] = true;
+        prop_assert_eq!(self.s.fragment_len(l.g.fragment), Some(truth));
+        if l.g.len == 0 {
+            let l = self.live.swap_remove(i);
+            self.cancelled.push(l.g.id);
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
     fn bytes(&mut self, pick: u16, frac: u8) -> Result<(), TestCaseError> {
         if self.live.is_empty() {
             return Ok(());
         }
         let i = pick as usize % self.live.len();
+        if self.announce(i)? {
+            return Ok(());
+        }
         let l = &mut self.live[i];
         let left = l.g.len - l.received;
         if left == 0 {
@@ -514,7 +583,9 @@ impl Harness {
             prop_assert_eq!(outstanding, self.s.outstanding());
             prop_assert_eq!(senders.len() as u32, self.s.live_senders());
         }
-        prop_assert_eq!(self.s.is_complete(), self.confirmed_bytes == self.stripe.block_len());
+        let block: u64 = self.truth.iter().sum();
+        let known = self.learnt.iter().all(|&k| k);
+        prop_assert_eq!(self.s.is_complete(), known && self.confirmed_bytes == block);
         prop_assert_eq!(self.s.completed_bytes(), self.confirmed_bytes);
         match (&self.expect_error, self.s.error()) {
             (None, None) => {}
@@ -554,8 +625,11 @@ impl Harness {
                 );
                 self.timeout()?;
             } else {
-                let l = &self.live[0];
-                let id = l.g.id;
+                let id = self.live[0].g.id;
+                if self.announce(0)? {
+                    self.check()?;
+                    continue;
+                }
                 self.bytes(0, 255)?;
                 prop_assert_eq!(self.live[0].g.id, id);
                 self.done(0, true)?;
@@ -574,7 +648,8 @@ impl Harness {
         } else {
             prop_assert!(self.s.is_complete());
             // Disjoint ranges whose lengths sum to the block cover it exactly once.
-            prop_assert_eq!(self.confirmed_bytes, self.stripe.block_len());
+            prop_assert_eq!(self.confirmed_bytes, self.truth.iter().sum::<u64>());
+            prop_assert_eq!(self.s.block_len(), self.confirmed_bytes);
             prop_assert!(self.live.is_empty());
         }
         self.s
@@ -707,6 +782,10 @@ fn generators_reach_every_path() {
             ("failed", h.s.error().is_some()),
             ("completed", h.s.is_complete()),
             (
+                "learnt unknown lengths",
+                h.s.is_complete() && h.stripe.has_unknown_lengths() && h.s.block_len() < h.stripe.block_len(),
+            ),
+            (
                 "adaptive budget shrank",
                 h.s.effective_budget() < policy.inflight_budget(),
             ),
@@ -721,6 +800,7 @@ fn generators_reach_every_path() {
         ("retried on a replica", 0.05),
         ("failed", 0.2),
         ("completed", 0.3),
+        ("learnt unknown lengths", 0.1),
         ("adaptive budget shrank", 0.01),
     ] {
         let hits = seen.get(name).copied().unwrap_or(0);
