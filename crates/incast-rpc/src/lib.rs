@@ -24,6 +24,7 @@ compile_error!("incast-rpc needs Linux (TCP_INFO, TCP_WINDOW_CLAMP, timerfd)");
 
 pub use incast_core as core;
 
+mod answers;
 pub mod client;
 #[cfg(feature = "erasure")]
 pub mod erasure;
@@ -45,7 +46,7 @@ pub use client::{
 };
 pub use port::Sharing;
 pub use server::{serve, ServerConfig, ServerConfigBuilder, ServerConfigError, ServerHandle, ServerStats};
-pub use store::{FileStore, FragmentStore, MemStore, StoreError};
+pub use store::{FileStore, FragmentStore, MemStore, QueryFn, QueryHandler, StoreError, WithQueries};
 pub use tcpinfo::TcpInfo;
 pub use timer::HrTimer;
 pub use tune::{rearm_quickack, Applied, OptValue, Refused, SockOpt, SocketTuning, TuningReport};

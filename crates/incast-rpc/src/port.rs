@@ -247,6 +247,28 @@ impl ReadSched {
         }
     }
 
+    /// The server of grant `id` announced its fragment's length (see
+    /// [`Scheduler::on_length`]).
+    pub(crate) fn on_length(&mut self, now: Instant, id: GrantId, len: u64) -> Result<(), EventError> {
+        match self {
+            ReadSched::Own(s) => s.on_length(now, id, len),
+            ReadSched::Shared(s) => {
+                let mut g = s.port.lock();
+                let r = g.rx.on_length(now, s.key, id, len);
+                g.note_budget();
+                r
+            }
+        }
+    }
+
+    /// The length of fragment `fragment`, once known.
+    pub(crate) fn fragment_len(&self, fragment: usize) -> Option<u64> {
+        match self {
+            ReadSched::Own(s) => s.fragment_len(fragment),
+            ReadSched::Shared(s) => s.port.lock().rx.fragment_len(s.key, fragment),
+        }
+    }
+
     pub(crate) fn on_failed(&mut self, now: Instant, id: GrantId) -> Result<(), EventError> {
         match self {
             ReadSched::Own(s) => s.on_failed(now, id),

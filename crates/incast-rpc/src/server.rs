@@ -12,6 +12,13 @@
 //! that the server stops reading the socket, so TCP pushes back), requests of at most
 //! [`ServerConfig::max_request_bytes`]. A malformed frame gets a connection-level `Error` and
 //! the connection is closed; other connections are not affected.
+//!
+//! An `OpenRequest` (a fragment of unknown length) is answered with a `Length` frame, then as
+//! much of the range as exists. Its size comes from [`FragmentStore::size`], or, with a query,
+//! from the answer of [`FragmentStore::query`]: answers are at most
+//! [`ServerConfig::max_answer_bytes`] and are kept for [`ServerConfig::answer_ttl`] in a cache
+//! of [`ServerConfig::answer_cache_bytes`], so a long answer read in several requests is
+//! computed once.
 
 use std::collections::HashSet;
 use std::io::{self, IoSlice};
@@ -27,6 +34,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
 
+use crate::answers::Answers;
 use crate::store::{FragmentStore, StoreError};
 use crate::tcpinfo::TcpInfo;
 use crate::tune::SocketTuning;
@@ -46,6 +54,12 @@ pub const DEFAULT_DATA_FRAME_BYTES: u32 = 256 << 10;
 pub const DEFAULT_FRAME_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default time `shutdown` lets running requests finish (5 s).
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// Default largest query answer (64 MiB).
+pub const DEFAULT_MAX_ANSWER_BYTES: u64 = 64 << 20;
+/// Default bytes of query answers kept for later requests (64 MiB).
+pub const DEFAULT_ANSWER_CACHE_BYTES: u64 = 64 << 20;
+/// Default time a query answer is kept for later requests (10 s).
+pub const DEFAULT_ANSWER_TTL: Duration = Duration::from_secs(10);
 
 /// Why a server configuration was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -74,6 +88,9 @@ pub struct ServerConfig {
     tuning: SocketTuning,
     shutdown_grace: Duration,
     frame_timeout: Duration,
+    max_answer_bytes: u64,
+    answer_cache_bytes: u64,
+    answer_ttl: Duration,
     #[cfg(feature = "quic")]
     quic: Option<crate::quic::QuicServerConfig>,
 }
@@ -113,6 +130,18 @@ impl ServerConfig {
     pub fn shutdown_grace(&self) -> Duration {
         self.shutdown_grace
     }
+    /// Largest query answer in bytes.
+    pub fn max_answer_bytes(&self) -> u64 {
+        self.max_answer_bytes
+    }
+    /// Bytes of query answers kept for later requests.
+    pub fn answer_cache_bytes(&self) -> u64 {
+        self.answer_cache_bytes
+    }
+    /// Time a query answer is kept for later requests.
+    pub fn answer_ttl(&self) -> Duration {
+        self.answer_ttl
+    }
 }
 
 /// Builds a [`ServerConfig`].
@@ -133,6 +162,9 @@ impl Default for ServerConfigBuilder {
                 tuning: SocketTuning::server(),
                 shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
                 frame_timeout: DEFAULT_FRAME_TIMEOUT,
+                max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
+                answer_cache_bytes: DEFAULT_ANSWER_CACHE_BYTES,
+                answer_ttl: DEFAULT_ANSWER_TTL,
                 #[cfg(feature = "quic")]
                 quic: None,
             },
@@ -184,6 +216,23 @@ impl ServerConfigBuilder {
         self.cfg.frame_timeout = d;
         self
     }
+    /// Largest answer a query handler may give, in bytes; a longer one is refused with
+    /// `TooLarge`. Default [`DEFAULT_MAX_ANSWER_BYTES`]; range `0..=2^30`.
+    pub fn max_answer_bytes(mut self, n: u64) -> Self {
+        self.cfg.max_answer_bytes = n;
+        self
+    }
+    /// Bytes of query answers kept for the later requests of the same query (0: none, every
+    /// request runs the handler). Default [`DEFAULT_ANSWER_CACHE_BYTES`]; range `0..=2^36`.
+    pub fn answer_cache_bytes(mut self, n: u64) -> Self {
+        self.cfg.answer_cache_bytes = n;
+        self
+    }
+    /// How long a query answer is kept. Default [`DEFAULT_ANSWER_TTL`]; range 1 ms ..= 1 hour.
+    pub fn answer_ttl(mut self, d: Duration) -> Self {
+        self.cfg.answer_ttl = d;
+        self
+    }
     /// Also serve QUIC, on UDP at the same port number as TCP (feature `quic`). Default off.
     /// The connection, stream and request bounds of this configuration apply to QUIC too.
     #[cfg(feature = "quic")]
@@ -214,6 +263,10 @@ impl ServerConfigBuilder {
         check("shutdown_grace", c.shutdown_grace.as_secs(), 0, 3600, "0..=3600 s")?;
         let frame_ms = c.frame_timeout.as_millis().min(u128::from(u64::MAX)) as u64;
         check("frame_timeout", frame_ms, 1, 3_600_000, "1 ms..=1 h")?;
+        check("max_answer_bytes", c.max_answer_bytes, 0, 1 << 30, "0..=2^30")?;
+        check("answer_cache_bytes", c.answer_cache_bytes, 0, 1 << 36, "0..=2^36")?;
+        let ttl_ms = c.answer_ttl.as_millis().min(u128::from(u64::MAX)) as u64;
+        check("answer_ttl", ttl_ms, 1, 3_600_000, "1 ms..=1 h")?;
         Ok(self.cfg)
     }
 }
@@ -326,6 +379,7 @@ pub(crate) async fn start<S: FragmentStore>(
     let tuning = Arc::new(Mutex::new(None));
     let ctx = Arc::new(Ctx {
         store,
+        answers: Answers::new(config.answer_cache_bytes, config.answer_ttl),
         cfg: config,
         stats: stats.clone(),
         tuning: tuning.clone(),
@@ -385,6 +439,7 @@ pub(crate) async fn start<S: FragmentStore>(
 /// What every connection task of a server shares (TCP and QUIC alike).
 pub(crate) struct Ctx<S> {
     pub(crate) store: S,
+    pub(crate) answers: Answers,
     pub(crate) cfg: ServerConfig,
     pub(crate) stats: Arc<ServerStats>,
     tuning: Arc<Mutex<Option<String>>>,
@@ -469,6 +524,8 @@ enum Item {
         offset: u64,
         len: u64,
         pace: Option<u64>,
+        /// An `OpenRequest`: its size limit and query.
+        open: Option<(u64, Option<Bytes>)>,
     },
     Refuse {
         id: u64,
@@ -534,7 +591,7 @@ async fn read_requests(
             }
         }
         let h = match Header::decode(&head) {
-            Ok(h) if matches!(h.kind, Kind::Request | Kind::Cancel) => h,
+            Ok(h) if matches!(h.kind, Kind::Request | Kind::Cancel | Kind::OpenRequest) => h,
             Ok(h) => {
                 let _ = tx.send(Item::Fatal(WireError::UnexpectedKind { kind: h.kind })).await;
                 return;
@@ -544,7 +601,11 @@ async fn read_requests(
                 return;
             }
         };
-        // Bounded by Header::decode: requests and cancels are control frames.
+        // Bounded by Header::decode: requests and cancels are control frames, an open
+        // request's query at most MAX_QUERY_LEN (the buffer grows only for one that has it).
+        if payload.len() < h.len as usize {
+            payload.resize(h.len as usize, 0);
+        }
         let body = &mut payload[..h.len as usize];
         match tokio::time::timeout_at(frame_deadline, rd.read_exact(body)).await {
             Ok(Ok(_)) => {}
@@ -565,35 +626,58 @@ async fn read_requests(
                 offset,
                 len,
                 pace,
-            }) => {
-                let fresh = pending.lock().unwrap_or_else(|e| e.into_inner()).queued.insert(id);
-                if !fresh {
-                    Item::Refuse {
-                        id,
-                        code: ErrorCode::BadRequest,
-                        message: format!("request id {id} is already in use"),
-                    }
-                } else if len > max_request {
-                    Item::Refuse {
-                        id,
-                        code: ErrorCode::BadRequest,
-                        message: format!("request of {len} bytes exceeds this server's limit of {max_request}"),
-                    }
-                } else {
-                    Item::Request {
-                        id,
-                        key,
-                        offset,
-                        len,
-                        pace,
-                    }
-                }
-            }
+            }) => request_item(&pending, max_request, id, key, offset, len, pace, None),
+            Ok(Frame::OpenRequest {
+                id,
+                key,
+                offset,
+                len,
+                limit,
+                query,
+                pace,
+            }) => request_item(&pending, max_request, id, key, offset, len, pace, Some((limit, query))),
             Ok(_) => unreachable!("only requests and cancels pass the kind check"),
         };
         let fatal = matches!(item, Item::Fatal(_));
         if tx.send(item).await.is_err() || fatal {
             return;
+        }
+    }
+}
+
+/// A request as queued for the writer, or its refusal (a reused id, a request too large).
+#[allow(clippy::too_many_arguments)]
+fn request_item(
+    pending: &Mutex<Pending>,
+    max_request: u64,
+    id: u64,
+    key: String,
+    offset: u64,
+    len: u64,
+    pace: Option<u64>,
+    open: Option<(u64, Option<Bytes>)>,
+) -> Item {
+    let fresh = pending.lock().unwrap_or_else(|e| e.into_inner()).queued.insert(id);
+    if !fresh {
+        Item::Refuse {
+            id,
+            code: ErrorCode::BadRequest,
+            message: format!("request id {id} is already in use"),
+        }
+    } else if len > max_request {
+        Item::Refuse {
+            id,
+            code: ErrorCode::BadRequest,
+            message: format!("request of {len} bytes exceeds this server's limit of {max_request}"),
+        }
+    } else {
+        Item::Request {
+            id,
+            key,
+            offset,
+            len,
+            pace,
+            open,
         }
     }
 }
@@ -644,6 +728,7 @@ async fn write_responses<S: FragmentStore>(
                 offset,
                 len,
                 pace,
+                open,
             } => {
                 let pace = pace.map(|r| r.max(MIN_PACE));
                 if pace != paced {
@@ -660,7 +745,20 @@ async fn write_responses<S: FragmentStore>(
                         .cancelled
                         .contains(&id)
                 };
-                let r = respond(&mut wr, &mut buf, &cancelled, ctx, id, &key, offset, len).await;
+                let r = match open {
+                    None => respond(&mut wr, &mut buf, &cancelled, ctx, id, &key, offset, len).await,
+                    Some((limit, query)) => {
+                        let req = OpenReq {
+                            id,
+                            key: &key,
+                            offset,
+                            len,
+                            limit,
+                            query,
+                        };
+                        respond_open(&mut wr, &mut buf, &cancelled, ctx, req).await
+                    }
+                };
                 let mut p = pending.lock().unwrap_or_else(|e| e.into_inner());
                 p.queued.remove(&id);
                 p.cancelled.remove(&id);
@@ -687,52 +785,164 @@ pub(crate) async fn respond<S: FragmentStore, W: Sink>(
     offset: u64,
     len: u64,
 ) -> io::Result<()> {
-    let end = |crc32c, cancelled, wr: &W| Frame::End {
+    if cancelled() {
+        ctx.stats.cancelled.fetch_add(1, Ordering::Relaxed);
+        return send(wr, buf, end_frame(id, None, true, wr)).await;
+    }
+    let data = match ctx.store.read(key, offset, len).await {
+        Ok(d) if d.len() as u64 == len => d,
+        Ok(d) => {
+            let message = format!("store returned {} of {len} bytes of `{key}`", d.len());
+            return refuse_request(wr, buf, ctx, id, ErrorCode::Internal, message).await;
+        }
+        Err(e) => return store_error(wr, buf, ctx, id, e).await,
+    };
+    send_data(wr, buf, cancelled, ctx, id, data).await
+}
+
+/// An `OpenRequest`, decoded.
+pub(crate) struct OpenReq<'a> {
+    pub(crate) id: u64,
+    pub(crate) key: &'a str,
+    pub(crate) offset: u64,
+    pub(crate) len: u64,
+    pub(crate) limit: u64,
+    pub(crate) query: Option<Bytes>,
+}
+
+/// Answers one `OpenRequest` on `wr`: a `Length` frame, the data frames of the part of the
+/// range that exists, and an `End`; or an `Error` frame (nothing sent before it).
+pub(crate) async fn respond_open<S: FragmentStore, W: Sink>(
+    wr: &mut W,
+    buf: &mut Vec<u8>,
+    cancelled: &(dyn Fn() -> bool + Sync),
+    ctx: &Ctx<S>,
+    req: OpenReq<'_>,
+) -> io::Result<()> {
+    let OpenReq {
+        id,
+        key,
+        offset,
+        len,
+        limit,
+        query,
+    } = req;
+    if cancelled() {
+        ctx.stats.cancelled.fetch_add(1, Ordering::Relaxed);
+        return send(wr, buf, end_frame(id, None, true, wr)).await;
+    }
+    let (size, answer) = match query {
+        Some(q) => match answer(ctx, key, q, limit).await {
+            Ok(a) => (a.len() as u64, Some(a)),
+            Err(e) => return store_error(wr, buf, ctx, id, e).await,
+        },
+        None => match ctx.store.size(key).await {
+            Ok(size) => (size, None),
+            Err(e) => return store_error(wr, buf, ctx, id, e).await,
+        },
+    };
+    if size > limit {
+        let e = StoreError::TooLarge {
+            key: key.to_owned(),
+            size,
+            limit,
+        };
+        return store_error(wr, buf, ctx, id, e).await;
+    }
+    let end = offset.saturating_add(len).min(size);
+    let n = end.saturating_sub(offset);
+    let data = match answer {
+        Some(a) if n > 0 => a.slice(offset as usize..end as usize),
+        None if n > 0 => match ctx.store.read(key, offset, n).await {
+            Ok(d) if d.len() as u64 == n => d,
+            Ok(d) => {
+                let message = format!("store returned {} of {n} bytes of `{key}`", d.len());
+                return refuse_request(wr, buf, ctx, id, ErrorCode::Internal, message).await;
+            }
+            Err(e) => return store_error(wr, buf, ctx, id, e).await,
+        },
+        _ => Bytes::new(),
+    };
+    send(wr, buf, Frame::Length { id, size }).await?;
+    send_data(wr, buf, cancelled, ctx, id, data).await
+}
+
+/// The answer to `query` against `key`: cached, or computed (at most the server's answer
+/// limit) and cached.
+async fn answer<S: FragmentStore>(ctx: &Ctx<S>, key: &str, query: Bytes, limit: u64) -> Result<Bytes, StoreError> {
+    let now = std::time::Instant::now();
+    if let Some(a) = ctx.answers.get(key, &query, now) {
+        return Ok(a);
+    }
+    let max = ctx.cfg.max_answer_bytes;
+    let a = ctx.store.query(key, &query, limit.min(max)).await?;
+    if a.len() as u64 > max {
+        return Err(StoreError::TooLarge {
+            key: key.to_owned(),
+            size: a.len() as u64,
+            limit: max,
+        });
+    }
+    ctx.answers.insert(key, query, a.clone(), now);
+    Ok(a)
+}
+
+fn end_frame<W: Sink>(id: u64, crc32c: Option<u32>, cancelled: bool, wr: &W) -> Frame {
+    Frame::End {
         id,
         crc32c,
         counters: wr.counters(),
         cancelled,
-    };
-    if cancelled() {
-        ctx.stats.cancelled.fetch_add(1, Ordering::Relaxed);
-        return send(wr, buf, end(None, true, wr)).await;
     }
-    let data = match ctx.store.read(key, offset, len).await {
-        Ok(d) if d.len() as u64 == len => d,
-        other => {
-            let (code, message) = match other {
-                Ok(d) => (
-                    ErrorCode::Internal,
-                    format!("store returned {} of {len} bytes of `{key}`", d.len()),
-                ),
-                Err(e) => {
-                    let code = match &e {
-                        StoreError::NotFound { .. } => ErrorCode::NotFound,
-                        StoreError::OutOfRange { .. } => ErrorCode::OutOfRange,
-                        StoreError::BadKey { .. } => ErrorCode::BadRequest,
-                        _ => ErrorCode::Internal,
-                    };
-                    (code, e.to_string())
-                }
-            };
-            ctx.stats.request_errors.fetch_add(1, Ordering::Relaxed);
-            return send(
-                wr,
-                buf,
-                Frame::Error {
-                    id,
-                    code,
-                    message: truncate(message),
-                },
-            )
-            .await;
-        }
+}
+
+/// Refuses request `id` with `code`.
+async fn refuse_request<S: FragmentStore, W: Sink>(
+    wr: &mut W,
+    buf: &mut Vec<u8>,
+    ctx: &Ctx<S>,
+    id: u64,
+    code: ErrorCode,
+    message: String,
+) -> io::Result<()> {
+    ctx.stats.request_errors.fetch_add(1, Ordering::Relaxed);
+    let message = truncate(message);
+    send(wr, buf, Frame::Error { id, code, message }).await
+}
+
+/// Refuses request `id` with the code of a store error.
+async fn store_error<S: FragmentStore, W: Sink>(
+    wr: &mut W,
+    buf: &mut Vec<u8>,
+    ctx: &Ctx<S>,
+    id: u64,
+    e: StoreError,
+) -> io::Result<()> {
+    let code = match &e {
+        StoreError::NotFound { .. } => ErrorCode::NotFound,
+        StoreError::OutOfRange { .. } => ErrorCode::OutOfRange,
+        StoreError::BadKey { .. } => ErrorCode::BadRequest,
+        StoreError::TooLarge { .. } => ErrorCode::TooLarge,
+        StoreError::Unsupported { .. } => ErrorCode::Unsupported,
+        _ => ErrorCode::Internal,
     };
+    refuse_request(wr, buf, ctx, id, code, e.to_string()).await
+}
+
+/// Sends `data` as the response to request `id`: data frames, then an `End`.
+async fn send_data<S: FragmentStore, W: Sink>(
+    wr: &mut W,
+    buf: &mut Vec<u8>,
+    cancelled: &(dyn Fn() -> bool + Sync),
+    ctx: &Ctx<S>,
+    id: u64,
+    data: Bytes,
+) -> io::Result<()> {
     let mut crc = 0u32;
     for chunk in data.chunks(ctx.cfg.data_frame_bytes as usize) {
         if cancelled() {
             ctx.stats.cancelled.fetch_add(1, Ordering::Relaxed);
-            return send(wr, buf, end(None, true, wr)).await;
+            return send(wr, buf, end_frame(id, None, true, wr)).await;
         }
         let header = Header {
             kind: Kind::Data,
@@ -748,7 +958,7 @@ pub(crate) async fn respond<S: FragmentStore, W: Sink>(
         ctx.stats.bytes.fetch_add(chunk.len() as u64, Ordering::Relaxed);
     }
     ctx.stats.requests.fetch_add(1, Ordering::Relaxed);
-    send(wr, buf, end(ctx.cfg.checksums.then_some(crc), false, wr)).await
+    send(wr, buf, end_frame(id, ctx.cfg.checksums.then_some(crc), false, wr)).await
 }
 
 pub(crate) fn truncate(mut s: String) -> String {

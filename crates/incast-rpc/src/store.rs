@@ -1,4 +1,14 @@
-//! Where a server's fragments come from: the [`FragmentStore`] trait and two stores.
+//! Where a server's fragments come from: the [`FragmentStore`] trait and two stores, and
+//! query handlers ([`QueryHandler`], attached with [`WithQueries`]).
+//!
+//! A store serves byte ranges of objects (and, for fragments of unknown length, the size of an
+//! object: [`FragmentStore::size`]). A query handler answers an opaque query with bytes whose
+//! size it learns only by computing them: a search shard's matches, an aggregate. The server
+//! announces that size in the response's first frame, and the client schedules the transfer
+//! like any other fragment's (see [`incast_core::Fragment::query`]). A long answer is read in
+//! several requests; the server keeps each answer for a short while
+//! ([`crate::ServerConfigBuilder::answer_cache_bytes`]) so a handler runs once per query, not
+//! once per request.
 //!
 //! [`MemStore`] serves `Bytes` slices of objects held in memory (zero copy: a response shares
 //! the object's buffer). [`FileStore`] serves files under a root directory, reading with
@@ -45,6 +55,22 @@ pub enum StoreError {
         /// Why.
         reason: &'static str,
     },
+    /// The object or answer is larger than the client accepts (the request's size limit).
+    #[error("`{key}` is {size} bytes, the request accepts at most {limit}")]
+    TooLarge {
+        /// The key.
+        key: String,
+        /// Its size (for an answer computed only up to the limit, more than `limit`).
+        size: u64,
+        /// The request's limit.
+        limit: u64,
+    },
+    /// The store cannot do this (a store without sizes, or without a query handler).
+    #[error("this server's store does not support {what}")]
+    Unsupported {
+        /// What was asked for.
+        what: &'static str,
+    },
     /// Reading failed.
     #[error("reading `{key}`: {source}")]
     Io {
@@ -60,6 +86,82 @@ pub enum StoreError {
 pub trait FragmentStore: Send + Sync + 'static {
     /// Exactly `len` bytes of `key` from `offset`, or an error. Never a short read.
     fn read(&self, key: &str, offset: u64, len: u64) -> impl Future<Output = Result<Bytes, StoreError>> + Send;
+
+    /// The size of object `key` in bytes, for fragments of unknown length
+    /// ([`incast_core::Fragment::up_to`]). The default says [`StoreError::Unsupported`].
+    fn size(&self, key: &str) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        let _ = key;
+        std::future::ready(Err(StoreError::Unsupported { what: "object sizes" }))
+    }
+
+    /// The answer to `query` against `key`, at most `limit` bytes (a longer answer may be
+    /// refused with [`StoreError::TooLarge`] as soon as it is known to be longer). The
+    /// default says [`StoreError::Unsupported`]; attach a [`QueryHandler`] with
+    /// [`WithQueries`].
+    fn query(&self, key: &str, query: &[u8], limit: u64) -> impl Future<Output = Result<Bytes, StoreError>> + Send {
+        let _ = (key, query, limit);
+        std::future::ready(Err(StoreError::Unsupported { what: "queries" }))
+    }
+}
+
+/// Answers queries whose answer size nobody knows in advance (partition-aggregate: a search
+/// shard's matches). The server calls it once per distinct query while the answer is cached,
+/// with `limit` the most bytes the client accepts (never more than the server's
+/// [`crate::ServerConfigBuilder::max_answer_bytes`]).
+pub trait QueryHandler: Send + Sync + 'static {
+    /// The answer to `query` against `key`, at most `limit` bytes, or an error
+    /// ([`StoreError::TooLarge`] for a longer one).
+    fn answer(&self, key: &str, query: &[u8], limit: u64) -> impl Future<Output = Result<Bytes, StoreError>> + Send;
+}
+
+/// A synchronous query handler from a closure, run inline on the connection's task: keep it
+/// short (an index lookup), or implement [`QueryHandler`] with `spawn_blocking` for heavy work.
+///
+/// ```
+/// use bytes::Bytes;
+/// use incast_rpc::store::{MemStore, QueryFn, WithQueries};
+/// // Answers "count:<word>" with the word repeated, as a stand-in for a search shard.
+/// let shard = WithQueries::new(MemStore::new(), QueryFn(|_key: &str, q: &[u8], _limit: u64| {
+///     Ok(Bytes::from(q.repeat(3)))
+/// }));
+/// # let _ = shard;
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct QueryFn<F>(pub F);
+
+impl<F> QueryHandler for QueryFn<F>
+where
+    F: Fn(&str, &[u8], u64) -> Result<Bytes, StoreError> + Send + Sync + 'static,
+{
+    fn answer(&self, key: &str, query: &[u8], limit: u64) -> impl Future<Output = Result<Bytes, StoreError>> + Send {
+        std::future::ready((self.0)(key, query, limit))
+    }
+}
+
+/// A store that also answers queries: ranges and sizes from `S`, queries from `H`.
+#[derive(Clone, Debug)]
+pub struct WithQueries<S, H> {
+    store: S,
+    handler: H,
+}
+
+impl<S: FragmentStore, H: QueryHandler> WithQueries<S, H> {
+    /// `store`, answering queries with `handler`.
+    pub fn new(store: S, handler: H) -> Self {
+        Self { store, handler }
+    }
+}
+
+impl<S: FragmentStore, H: QueryHandler> FragmentStore for WithQueries<S, H> {
+    fn read(&self, key: &str, offset: u64, len: u64) -> impl Future<Output = Result<Bytes, StoreError>> + Send {
+        self.store.read(key, offset, len)
+    }
+    fn size(&self, key: &str) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        self.store.size(key)
+    }
+    fn query(&self, key: &str, query: &[u8], limit: u64) -> impl Future<Output = Result<Bytes, StoreError>> + Send {
+        self.handler.answer(key, query, limit)
+    }
 }
 
 fn check_range(key: &str, offset: u64, len: u64, size: u64) -> Result<(), StoreError> {
@@ -119,6 +221,12 @@ impl FragmentStore for MemStore {
         check_range(key, offset, len, obj.len() as u64)?;
         Ok(obj.slice(offset as usize..(offset + len) as usize))
     }
+    async fn size(&self, key: &str) -> Result<u64, StoreError> {
+        let obj = self
+            .get(key)
+            .ok_or_else(|| StoreError::NotFound { key: key.to_owned() })?;
+        Ok(obj.len() as u64)
+    }
 }
 
 /// A store that answers after a delay, or never (`Duration::MAX`): a slow disk or a hung
@@ -147,13 +255,27 @@ impl<S: FragmentStore> Delayed<S> {
 
 impl<S: FragmentStore> FragmentStore for Delayed<S> {
     async fn read(&self, key: &str, offset: u64, len: u64) -> Result<Bytes, StoreError> {
+        self.wait().await;
+        self.inner.read(key, offset, len).await
+    }
+    async fn size(&self, key: &str) -> Result<u64, StoreError> {
+        self.wait().await;
+        self.inner.size(key).await
+    }
+    async fn query(&self, key: &str, query: &[u8], limit: u64) -> Result<Bytes, StoreError> {
+        self.wait().await;
+        self.inner.query(key, query, limit).await
+    }
+}
+
+impl<S> Delayed<S> {
+    async fn wait(&self) {
         if self.delay == Duration::MAX {
             std::future::pending::<()>().await;
         }
         if !self.delay.is_zero() {
             tokio::time::sleep(self.delay).await;
         }
-        self.inner.read(key, offset, len).await
     }
 }
 
@@ -206,39 +328,59 @@ fn open_beneath(root: &Path, rel: &Path) -> io::Result<std::fs::File> {
     Ok(std::fs::File::from(openat2(&dir, rel, how)?))
 }
 
-impl FragmentStore for FileStore {
-    async fn read(&self, key: &str, offset: u64, len: u64) -> Result<Bytes, StoreError> {
+impl FileStore {
+    /// Runs `f` on the opened file and its size, on the blocking pool.
+    async fn with_file<T: Send + 'static>(
+        &self,
+        key: &str,
+        f: impl FnOnce(&std::fs::File, u64, &str) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
         let rel = self.path(key)?;
         let root = self.root.clone();
         let key = key.to_owned();
         tokio::task::spawn_blocking(move || {
-            use std::os::unix::fs::FileExt;
-            let io_err = |source: io::Error| match source.kind() {
-                io::ErrorKind::NotFound => StoreError::NotFound { key: key.clone() },
-                _ if source.raw_os_error() == Some(libc::EXDEV) || source.raw_os_error() == Some(libc::ELOOP) => {
-                    StoreError::BadKey {
-                        key: key.clone(),
-                        reason: "resolves outside the store's root (through a symlink)",
-                    }
-                }
-                _ => StoreError::Io {
-                    key: key.clone(),
-                    source,
-                },
-            };
-            let file = open_beneath(&root, &rel).map_err(io_err)?;
-            let size = file.metadata().map_err(io_err)?.len();
-            check_range(&key, offset, len, size)?;
-            // Bounded by the file's size, checked above.
-            let mut buf = vec![0u8; len as usize];
-            file.read_exact_at(&mut buf, offset).map_err(io_err)?;
-            Ok(Bytes::from(buf))
+            let file = open_beneath(&root, &rel).map_err(|e| io_error(&key, e))?;
+            let size = file.metadata().map_err(|e| io_error(&key, e))?.len();
+            f(&file, size, &key)
         })
         .await
         .map_err(|e| StoreError::Io {
             key: String::new(),
             source: io::Error::other(e),
         })?
+    }
+}
+
+fn io_error(key: &str, source: io::Error) -> StoreError {
+    match source.kind() {
+        io::ErrorKind::NotFound => StoreError::NotFound { key: key.to_owned() },
+        _ if source.raw_os_error() == Some(libc::EXDEV) || source.raw_os_error() == Some(libc::ELOOP) => {
+            StoreError::BadKey {
+                key: key.to_owned(),
+                reason: "resolves outside the store's root (through a symlink)",
+            }
+        }
+        _ => StoreError::Io {
+            key: key.to_owned(),
+            source,
+        },
+    }
+}
+
+impl FragmentStore for FileStore {
+    async fn read(&self, key: &str, offset: u64, len: u64) -> Result<Bytes, StoreError> {
+        self.with_file(key, move |file, size, key| {
+            use std::os::unix::fs::FileExt;
+            check_range(key, offset, len, size)?;
+            // Bounded by the file's size, checked above.
+            let mut buf = vec![0u8; len as usize];
+            file.read_exact_at(&mut buf, offset).map_err(|e| io_error(key, e))?;
+            Ok(Bytes::from(buf))
+        })
+        .await
+    }
+    async fn size(&self, key: &str) -> Result<u64, StoreError> {
+        self.with_file(key, |_, size, _| Ok(size)).await
     }
 }
 
@@ -266,6 +408,19 @@ mod tests {
                 Err(StoreError::OutOfRange { .. })
             ));
             assert!(matches!(s.read("x", 0, 1).await, Err(StoreError::NotFound { .. })));
+            assert_eq!(s.size("k").await.unwrap(), 100);
+            assert!(matches!(s.size("x").await, Err(StoreError::NotFound { .. })));
+            // No handler: queries are unsupported, typed.
+            assert!(matches!(
+                s.query("k", b"q", 10).await,
+                Err(StoreError::Unsupported { .. })
+            ));
+            let q = WithQueries::new(
+                s,
+                QueryFn(|k: &str, q: &[u8], _| Ok(Bytes::from([k.as_bytes(), q].concat()))),
+            );
+            assert_eq!(&q.query("ab", b"c", 10).await.unwrap()[..], b"abc");
+            assert_eq!(q.size("k").await.unwrap(), 100);
         });
     }
 
@@ -290,6 +445,8 @@ mod tests {
                 Err(StoreError::OutOfRange { .. })
             ));
             assert!(matches!(s.read("a/none", 0, 1).await, Err(StoreError::NotFound { .. })));
+            assert_eq!(s.size("a/obj").await.unwrap(), 256);
+            assert!(matches!(s.size("a/none").await, Err(StoreError::NotFound { .. })));
             for bad in ["", "/etc/passwd", "../x", "a/../a/obj", "a//obj", "./a/obj", "a/"] {
                 assert!(
                     matches!(s.read(bad, 0, 1).await, Err(StoreError::BadKey { .. })),

@@ -16,23 +16,37 @@
 //! | 3 `Data` | server to client | bytes of request `id`, in order, at most [`MAX_DATA_PAYLOAD`] per frame |
 //! | 4 `End` | server to client | CRC32C `u32` (if flag bit 0), then the server socket's TCP counters (if flag bit 1): RTT us, retransmits, RTOs, RTO recoveries, RTO time ms, five `u32` |
 //! | 5 `Error` | server to client | code `u16`, message (UTF-8); id 0 means the whole connection |
+//! | 6 `OpenRequest` | client to server | object offset `u64`, length `u64`, size limit `u64`, key length `u16`, query length `u16`, key (UTF-8), query (if flag bit 1), then the pacing rate `u64` (if flag bit 0) |
+//! | 7 `Length` | server to client | the size `u64` of the object (or of the query's answer) that request `id` reads |
+//!
+//! An `OpenRequest` reads a fragment whose length the client does not know
+//! ([`incast_core::Fragment::up_to`], [`incast_core::Fragment::query`]): bytes `offset..offset +
+//! length` of the object `key`, or of the answer of the server's query handler to the query
+//! (at most [`MAX_QUERY_LEN`] bytes), as far as they exist. The server answers with a
+//! `Length` frame first, then `Data` frames for the part of the range that exists (possibly
+//! none), then `End`. An object or answer larger than the size limit is refused with an
+//! `Error` (code `TooLarge`) instead; the client checks the announced size against the limit
+//! too, so a server that lies about it fails that request, typed, and nothing more.
 //!
 //! A request with a pacing rate asks the server to send that response no faster (TCP's own
 //! pacing, `SO_MAX_PACING_RATE`): the receiver spreads what many senders send at once.
 //!
 //! A server answers the requests of one connection in order: zero or more `Data` frames whose
-//! lengths add up to the requested length, then `End`; or an `Error` for that id. After a
+//! lengths add up to the requested length (for an `OpenRequest`: a `Length`, then as much of
+//! the range as exists), then `End`; or an `Error` for that id. After a
 //! `Cancel` it may stop early: the `End` then carries flag bit 2 (cancelled) and the data
 //! sent so far is short.
 //!
 //! **Bounds before allocation.** [`Header::decode`] rejects a frame whose payload length
-//! exceeds the bound of its kind ([`MAX_DATA_PAYLOAD`] for data, [`MAX_CONTROL_PAYLOAD`] for
-//! everything else, exact sizes for `Cancel` and `End`) before a single payload byte is read,
+//! exceeds the bound of its kind ([`MAX_DATA_PAYLOAD`] for data, [`MAX_OPEN_REQUEST_PAYLOAD`]
+//! for an `OpenRequest`, [`MAX_CONTROL_PAYLOAD`] for everything else, exact sizes for
+//! `Cancel`, `End` and `Length`) before a single payload byte is read,
 //! so a peer can never make the other side allocate what it asks for. Keys are at most
 //! [`MAX_KEY_LEN`] bytes, requests at most [`MAX_REQUEST_LEN`] bytes. Every violation is a
 //! [`WireError`]; the connection is then closed.
 
 use bytes::{BufMut, Bytes};
+pub use incast_core::stripe::MAX_QUERY_LEN;
 
 /// Protocol version carried by every frame.
 pub const VERSION: u8 = 1;
@@ -50,12 +64,18 @@ pub const MAX_CONTROL_PAYLOAD: u32 = 2048;
 pub const MAX_ERROR_MESSAGE: usize = 1024;
 /// Payload length of an `End` frame.
 pub const END_PAYLOAD: u32 = 24;
+/// Payload length of a `Length` frame.
+pub const LENGTH_PAYLOAD: u32 = 8;
+/// Largest payload of an `OpenRequest` (the longest key and query, and a pace: about 17 KiB).
+pub const MAX_OPEN_REQUEST_PAYLOAD: u32 = (OPEN_FIXED + MAX_KEY_LEN + MAX_QUERY_LEN + PACE_LEN) as u32;
 
 const END_HAS_CRC: u16 = 1;
 const END_HAS_COUNTERS: u16 = 2;
 const END_CANCELLED: u16 = 4;
 const REQUEST_HAS_PACE: u16 = 1;
 const REQUEST_FIXED: usize = 18;
+const OPEN_HAS_QUERY: u16 = 2;
+const OPEN_FIXED: usize = 28;
 const PACE_LEN: usize = 8;
 
 /// The kind of a frame.
@@ -72,6 +92,10 @@ pub enum Kind {
     End = 4,
     /// Server refuses a request or the connection.
     Error = 5,
+    /// Client asks for a range of an object or query answer whose size it does not know.
+    OpenRequest = 6,
+    /// Server announces the size of what an `OpenRequest` reads.
+    Length = 7,
 }
 
 impl Kind {
@@ -82,6 +106,8 @@ impl Kind {
             3 => Kind::Data,
             4 => Kind::End,
             5 => Kind::Error,
+            6 => Kind::OpenRequest,
+            7 => Kind::Length,
             _ => return None,
         })
     }
@@ -94,6 +120,8 @@ impl Kind {
             Kind::Data => (0, MAX_DATA_PAYLOAD),
             Kind::End => (END_PAYLOAD, END_PAYLOAD),
             Kind::Error => (2, MAX_CONTROL_PAYLOAD),
+            Kind::OpenRequest => (OPEN_FIXED as u32, MAX_OPEN_REQUEST_PAYLOAD),
+            Kind::Length => (LENGTH_PAYLOAD, LENGTH_PAYLOAD),
         }
     }
 }
@@ -146,6 +174,17 @@ pub enum WireError {
         len: u64,
         /// [`MAX_REQUEST_LEN`].
         max: u64,
+    },
+    /// An `OpenRequest`'s key and query lengths disagree with its payload length, or a query
+    /// is longer than [`MAX_QUERY_LEN`].
+    #[error("open request with a {key_len}-byte key and a {query_len}-byte query does not match its {payload}-byte payload (queries: at most {MAX_QUERY_LEN} bytes)")]
+    QueryLength {
+        /// Key length announced.
+        key_len: usize,
+        /// Query length announced.
+        query_len: usize,
+        /// Payload length.
+        payload: usize,
     },
     /// A text field is not UTF-8.
     #[error("{field} is not valid UTF-8")]
@@ -206,6 +245,7 @@ impl Header {
         let allowed = match kind {
             Kind::End => END_HAS_CRC | END_HAS_COUNTERS | END_CANCELLED,
             Kind::Request => REQUEST_HAS_PACE,
+            Kind::OpenRequest => REQUEST_HAS_PACE | OPEN_HAS_QUERY,
             _ => 0,
         };
         if flags & !allowed != 0 {
@@ -260,6 +300,11 @@ pub enum ErrorCode {
     ShuttingDown,
     /// The store failed.
     Internal,
+    /// The object or query answer is larger than the request's size limit.
+    TooLarge,
+    /// The server cannot serve this kind of request (for example queries, without a query
+    /// handler).
+    Unsupported,
     /// A code this side does not know (kept, so nothing is lost).
     Other(u16),
 }
@@ -273,6 +318,8 @@ impl ErrorCode {
             ErrorCode::Busy => 4,
             ErrorCode::ShuttingDown => 5,
             ErrorCode::Internal => 6,
+            ErrorCode::TooLarge => 7,
+            ErrorCode::Unsupported => 8,
             ErrorCode::Other(c) => c,
         }
     }
@@ -284,6 +331,8 @@ impl ErrorCode {
             4 => ErrorCode::Busy,
             5 => ErrorCode::ShuttingDown,
             6 => ErrorCode::Internal,
+            7 => ErrorCode::TooLarge,
+            8 => ErrorCode::Unsupported,
             c => ErrorCode::Other(c),
         }
     }
@@ -305,6 +354,31 @@ pub enum Frame {
         /// Send the response no faster than this many bytes per second (`None`: as fast as
         /// the server's congestion control allows). Never 0.
         pace: Option<u64>,
+    },
+    /// Ask for `len` bytes from `offset` of the object `key`, or of the answer to `query`,
+    /// as far as they exist; the size is announced by a [`Frame::Length`] first.
+    OpenRequest {
+        /// Request id, not 0.
+        id: u64,
+        /// Object key (or what the query runs against), at most [`MAX_KEY_LEN`] bytes.
+        key: String,
+        /// Offset in the object or answer.
+        offset: u64,
+        /// Bytes wanted at most, at most [`MAX_REQUEST_LEN`].
+        len: u64,
+        /// The largest object or answer the client accepts, in bytes.
+        limit: u64,
+        /// The query, at most [`MAX_QUERY_LEN`] bytes (`None`: read the object `key`).
+        query: Option<Bytes>,
+        /// As for [`Frame::Request`].
+        pace: Option<u64>,
+    },
+    /// The size of the object or answer that request `id` reads (an `OpenRequest`).
+    Length {
+        /// Request id.
+        id: u64,
+        /// Size in bytes.
+        size: u64,
     },
     /// Withdraw request `id`.
     Cancel {
@@ -348,7 +422,9 @@ impl Frame {
             | Frame::Cancel { id }
             | Frame::Data { id, .. }
             | Frame::End { id, .. }
-            | Frame::Error { id, .. } => *id,
+            | Frame::Error { id, .. }
+            | Frame::OpenRequest { id, .. }
+            | Frame::Length { id, .. } => *id,
         }
     }
 
@@ -365,10 +441,30 @@ impl Frame {
         {
             return encode_request(out, *id, key, *offset, *len, *pace);
         }
+        if let Frame::OpenRequest {
+            id,
+            key,
+            offset,
+            len,
+            limit,
+            query,
+            pace,
+        } = self
+        {
+            let open = Open {
+                limit: *limit,
+                query: query.as_deref(),
+            };
+            return encode_open_request(out, *id, key, *offset, *len, &open, *pace);
+        }
         let start = out.len();
         out.extend_from_slice(&[0; HEADER_LEN]);
         let (kind, flags) = match self {
-            Frame::Request { .. } => unreachable!("encoded above"),
+            Frame::Request { .. } | Frame::OpenRequest { .. } => unreachable!("encoded above"),
+            Frame::Length { size, .. } => {
+                out.put_u64(*size);
+                (Kind::Length, 0)
+            }
             Frame::Cancel { .. } => (Kind::Cancel, 0),
             Frame::Data { payload, .. } => {
                 out.extend_from_slice(payload);
@@ -411,6 +507,9 @@ impl Frame {
         let mut buf = Vec::new();
         let fits = match self {
             Frame::Request { key, .. } => key.len() <= MAX_KEY_LEN,
+            Frame::OpenRequest { key, query, .. } => {
+                key.len() <= MAX_KEY_LEN && query.as_ref().is_none_or(|q| q.len() <= MAX_QUERY_LEN)
+            }
             Frame::Data { payload, .. } => payload.len() <= MAX_DATA_PAYLOAD as usize,
             Frame::Error { message, .. } => message.len() <= MAX_ERROR_MESSAGE,
             _ => true,
@@ -438,6 +537,8 @@ impl Frame {
             Frame::Data { .. } => Kind::Data,
             Frame::End { .. } => Kind::End,
             Frame::Error { .. } => Kind::Error,
+            Frame::OpenRequest { .. } => Kind::OpenRequest,
+            Frame::Length { .. } => Kind::Length,
         }
     }
 
@@ -483,6 +584,52 @@ impl Frame {
                     pace,
                 }
             }
+            Kind::OpenRequest => {
+                let u = |i: usize| u64::from_be_bytes(p[i..i + 8].try_into().expect("bounded"));
+                let (offset, len, limit) = (u(0), u(8), u(16));
+                let key_len = usize::from(u16::from_be_bytes([p[24], p[25]]));
+                let query_len = usize::from(u16::from_be_bytes([p[26], p[27]]));
+                let paced = h.flags & REQUEST_HAS_PACE != 0;
+                let has_query = h.flags & OPEN_HAS_QUERY != 0;
+                let want = OPEN_FIXED + key_len + query_len + if paced { PACE_LEN } else { 0 };
+                if want != p.len() || query_len > MAX_QUERY_LEN || (!has_query && query_len > 0) {
+                    return Err(WireError::QueryLength {
+                        key_len,
+                        query_len,
+                        payload: p.len(),
+                    });
+                }
+                if len > MAX_REQUEST_LEN || offset.checked_add(len).is_none() {
+                    return Err(WireError::RequestTooLarge {
+                        offset,
+                        len,
+                        max: MAX_REQUEST_LEN,
+                    });
+                }
+                let key_end = OPEN_FIXED + key_len;
+                let key = std::str::from_utf8(&p[OPEN_FIXED..key_end]).map_err(|_| WireError::Utf8 { field: "key" })?;
+                let query_end = key_end + query_len;
+                let pace = match paced {
+                    false => None,
+                    true => match u(query_end) {
+                        0 => return Err(WireError::ZeroPace),
+                        r => Some(r),
+                    },
+                };
+                Frame::OpenRequest {
+                    id,
+                    key: key.to_owned(),
+                    offset,
+                    len,
+                    limit,
+                    query: has_query.then(|| payload.slice(key_end..query_end)),
+                    pace,
+                }
+            }
+            Kind::Length => Frame::Length {
+                id,
+                size: u64::from_be_bytes(p[0..8].try_into().expect("bounded")),
+            },
             Kind::Cancel => Frame::Cancel { id },
             Kind::Data => Frame::Data { id, payload },
             Kind::End => {
@@ -544,6 +691,50 @@ pub fn encode_request(out: &mut Vec<u8>, id: u64, key: &str, offset: u64, len: u
     }
 }
 
+/// What makes a request an `OpenRequest`: the size limit, and the query if any.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Open<'a> {
+    /// The largest object or answer the client accepts, in bytes.
+    pub limit: u64,
+    /// The query (`None`: read the object).
+    pub query: Option<&'a [u8]>,
+}
+
+/// Appends an `OpenRequest` frame from borrowed parts (see [`encode_request`]). Same bounds
+/// as [`Frame::encode`]: a key of at most [`MAX_KEY_LEN`] bytes, a query of at most
+/// [`MAX_QUERY_LEN`].
+pub fn encode_open_request(
+    out: &mut Vec<u8>,
+    id: u64,
+    key: &str,
+    offset: u64,
+    len: u64,
+    open: &Open<'_>,
+    pace: Option<u64>,
+) {
+    let pace = pace.filter(|&r| r > 0);
+    let query = open.query.unwrap_or_default();
+    let flags =
+        if pace.is_some() { REQUEST_HAS_PACE } else { 0 } | if open.query.is_some() { OPEN_HAS_QUERY } else { 0 };
+    let header = Header {
+        kind: Kind::OpenRequest,
+        flags,
+        len: (OPEN_FIXED + key.len() + query.len() + if pace.is_some() { PACE_LEN } else { 0 }) as u32,
+        id,
+    };
+    out.extend_from_slice(&header.encode());
+    out.put_u64(offset);
+    out.put_u64(len);
+    out.put_u64(open.limit);
+    out.put_u16(key.len() as u16);
+    out.put_u16(query.len() as u16);
+    out.extend_from_slice(key.as_bytes());
+    out.extend_from_slice(query);
+    if let Some(r) = pace {
+        out.put_u64(r);
+    }
+}
+
 /// Decodes one frame from the front of `buf`: `Ok(None)` if more bytes are needed, else the
 /// frame and how many bytes it used. Never allocates more than the bounds of the module docs.
 ///
@@ -595,6 +786,34 @@ mod tests {
                 len: 1,
                 pace: Some(u64::MAX),
             },
+            Frame::OpenRequest {
+                id: 5,
+                key: "k".repeat(MAX_KEY_LEN),
+                offset: 3,
+                len: MAX_REQUEST_LEN,
+                limit: u64::MAX,
+                query: Some(Bytes::from(vec![9u8; MAX_QUERY_LEN])),
+                pace: Some(1),
+            },
+            Frame::OpenRequest {
+                id: 6,
+                key: "log".into(),
+                offset: 0,
+                len: 1,
+                limit: 0,
+                query: None,
+                pace: None,
+            },
+            Frame::OpenRequest {
+                id: 7,
+                key: String::new(),
+                offset: 0,
+                len: 1,
+                limit: 10,
+                query: Some(Bytes::new()),
+                pace: None,
+            },
+            Frame::Length { id: 8, size: u64::MAX },
             Frame::Cancel { id: u64::MAX },
             Frame::Data {
                 id: 3,
@@ -730,6 +949,47 @@ mod tests {
         encode_request(&mut b, 1, "a", 0, 1, None);
         b[3] |= 1;
         assert!(matches!(decode(&b), Err(WireError::KeyLength { .. })));
+        // An open request's query past its bound, or a query length without the query flag.
+        let open = Frame::OpenRequest {
+            id: 1,
+            key: "a".into(),
+            offset: 0,
+            len: 1,
+            limit: 1,
+            query: Some(Bytes::from_static(b"qq")),
+            pace: None,
+        };
+        let mut b = enc(&open);
+        b[3] &= !2;
+        assert!(matches!(decode(&b), Err(WireError::QueryLength { query_len: 2, .. })));
+        let mut b = enc(&open);
+        b[HEADER_LEN + 26..HEADER_LEN + 28].copy_from_slice(&3u16.to_be_bytes());
+        assert!(matches!(decode(&b), Err(WireError::QueryLength { query_len: 3, .. })));
+        let too_long = Frame::OpenRequest {
+            query: Some(Bytes::from(vec![0u8; MAX_QUERY_LEN + 1])),
+            ..open
+        };
+        assert!(too_long.check().is_err());
+        let mut h = Header {
+            kind: Kind::Length,
+            flags: 0,
+            len: 9,
+            id: 1,
+        }
+        .encode();
+        assert!(matches!(
+            Header::decode(&h),
+            Err(WireError::BadLength { kind: Kind::Length, .. })
+        ));
+        h[4..8].copy_from_slice(&u32::MAX.to_be_bytes());
+        h[1] = Kind::OpenRequest as u8;
+        assert!(matches!(
+            decode(&h),
+            Err(WireError::BadLength {
+                kind: Kind::OpenRequest,
+                ..
+            })
+        ));
         let long = Frame::Request {
             id: 1,
             key: "k".repeat(MAX_KEY_LEN + 1),

@@ -515,3 +515,73 @@ fn quic_transports_need_quic_settings() {
         .unwrap_err();
     assert!(e.to_string().contains("max_ack_delay"), "{e}");
 }
+
+/// Fragments of unknown length over QUIC: query answers and objects read to their end, the
+/// length announced in the stream's first frame, byte-exact; one over its maximum is a
+/// typed error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quic_reads_fragments_of_unknown_length() {
+    use incast_core::{Fragment, Stripe};
+    use incast_rpc::store::{QueryFn, WithQueries};
+    let cert = cert();
+    let mut servers = Vec::new();
+    for i in 0..4u32 {
+        let store = MemStore::new();
+        store.insert("blk", object(i, 50_000 + i as usize * 40_000));
+        // Answers "<n>" with n bytes of the object's pattern.
+        let handler = QueryFn(move |_: &str, q: &[u8], _| {
+            let n: usize = std::str::from_utf8(q).unwrap().parse().unwrap();
+            Ok(bytes::Bytes::from(object(i + 100, n)))
+        });
+        let s = WithQueries::new(store, handler);
+        servers.push(
+            serve("127.0.0.1:0".parse().unwrap(), s, server_config(cert.identity()))
+                .await
+                .unwrap(),
+        );
+    }
+    let addrs: Vec<_> = servers
+        .iter()
+        .enumerate()
+        .map(|(i, h)| (ServerId(i as u32), h.local_addr()))
+        .collect();
+    let client = Client::with_config(addrs, client_config(Transport::Quic, cert.trust().unwrap()));
+    let policy = Policy::builder()
+        .grant_size(GrantSize::Chunk { bytes: 16_384 })
+        .build()
+        .unwrap();
+    let stripe = Stripe::new(vec![
+        Fragment::query(ServerId(0), "idx", b"0".as_slice(), 1 << 20),
+        Fragment::query(ServerId(1), "idx", b"100000".as_slice(), 1 << 20),
+        Fragment::up_to(ServerId(2), "blk", 1000, 1 << 20),
+        Fragment::up_to(ServerId(3), "blk", 0, 1 << 20),
+    ])
+    .unwrap();
+    let out = client.fan_in_read(&stripe, &policy).await.unwrap();
+    let want = [
+        Vec::new(),
+        object(101, 100_000),
+        object(2, 130_000)[1000..].to_vec(),
+        object(3, 170_000),
+    ]
+    .concat();
+    assert!(
+        out.block == want,
+        "block differs ({} bytes, want {})",
+        out.block.len(),
+        want.len()
+    );
+    assert!(out.report.quic_requests >= 4);
+    let over = Stripe::new(vec![Fragment::up_to(ServerId(3), "blk", 0, 1000)]).unwrap();
+    assert!(matches!(
+        client.fan_in_read(&over, &policy).await,
+        Err(FanInError::FragmentTooLarge {
+            fragment: 0,
+            announced: None,
+            ..
+        })
+    ));
+    for s in servers {
+        s.shutdown().await;
+    }
+}

@@ -37,7 +37,9 @@ fn frame() -> impl Strategy<Value = Frame> {
         Just(ErrorCode::Busy),
         Just(ErrorCode::ShuttingDown),
         Just(ErrorCode::Internal),
-        (7u16..).prop_map(ErrorCode::Other),
+        Just(ErrorCode::TooLarge),
+        Just(ErrorCode::Unsupported),
+        (9u16..).prop_map(ErrorCode::Other),
     ];
     prop_oneof![
         (
@@ -54,6 +56,23 @@ fn frame() -> impl Strategy<Value = Frame> {
                 len,
                 pace,
             }),
+        (
+            id.clone(),
+            "[a-z0-9/._-]{0,64}",
+            (any::<u32>(), 0u64..=(1 << 30), any::<u64>()),
+            proptest::option::of(proptest::collection::vec(any::<u8>(), 0..300)),
+            proptest::option::of(1u64..)
+        )
+            .prop_map(|(id, key, (offset, len, limit), query, pace)| Frame::OpenRequest {
+                id,
+                key,
+                offset: u64::from(offset),
+                len,
+                limit,
+                query: query.map(Bytes::from),
+                pace,
+            }),
+        (id.clone(), any::<u64>()).prop_map(|(id, size)| Frame::Length { id, size }),
         id.clone().prop_map(|id| Frame::Cancel { id }),
         (id.clone(), proptest::collection::vec(any::<u8>(), 0..4096)).prop_map(|(id, p)| Frame::Data {
             id,
@@ -76,7 +95,7 @@ fn near_frames() -> impl Strategy<Value = Vec<u8>> {
     let len = prop_oneof![0u32..64, any::<u32>()];
     (
         any::<u8>(),
-        1u8..=6,
+        1u8..=8,
         any::<u16>(),
         len,
         proptest::collection::vec(any::<u8>(), 0..300),

@@ -20,7 +20,9 @@ use tokio::sync::mpsc;
 pub struct CompletedFragment {
     /// Index of the fragment in the stripe.
     pub index: usize,
-    /// Where it belongs in the block.
+    /// Where it belongs in the block. For a fragment of unknown length the start is its
+    /// place in the stripe laid out at the maxima ([`incast_core::Stripe::block_range`]) and
+    /// the length its true length.
     pub block_range: Range<u64>,
     /// The server whose bytes were kept (a replica, if the read moved there); `None` for an
     /// empty fragment, which no server is asked for.
@@ -37,22 +39,37 @@ pub(super) enum Dest<'a> {
     Block(Vec<u8>),
     /// The caller's buffer, exactly the block's length ([`crate::Client::fan_in_read_into`]).
     Caller(&'a mut [u8]),
-    /// One buffer per fragment; `None` once handed over.
+    /// One buffer per fragment.
     Fragments {
-        bufs: Vec<Option<BytesMut>>,
+        bufs: Vec<Buf>,
         starts: Vec<u64>,
         tx: mpsc::UnboundedSender<CompletedFragment>,
     },
 }
 
+/// A streamed fragment's buffer.
+#[derive(Debug)]
+pub(super) enum Buf {
+    /// Its length is not known yet: nothing is allocated for a maximum.
+    Unsized,
+    /// Receiving.
+    Open(BytesMut),
+    /// Handed over.
+    Taken,
+}
+
 impl<'a> Dest<'a> {
-    /// Buffers for streaming `stripe`'s fragments to `tx`.
+    /// Buffers for streaming `stripe`'s fragments to `tx` (allocated now for the fragments
+    /// of known length, once their length is announced for the others).
     pub(super) fn fragments(stripe: &Stripe, tx: mpsc::UnboundedSender<CompletedFragment>) -> Self {
         Dest::Fragments {
             bufs: stripe
                 .fragments()
                 .iter()
-                .map(|f| Some(BytesMut::zeroed(f.len() as usize)))
+                .map(|f| match f.known_len() {
+                    Some(len) => Buf::Open(BytesMut::zeroed(len as usize)),
+                    None => Buf::Unsized,
+                })
                 .collect(),
             starts: (0..stripe.len()).map(|i| stripe.block_range(i).start).collect(),
             tx,
@@ -68,10 +85,20 @@ impl<'a> Dest<'a> {
             Dest::Caller(b) => &mut b[block_offset as usize..][..len],
             Dest::Fragments { bufs, starts, .. } => {
                 let at = (block_offset - starts[fragment]) as usize;
-                let buf = bufs[fragment]
-                    .as_mut()
-                    .expect("no bytes are delivered to a fragment already handed over");
+                let Buf::Open(buf) = &mut bufs[fragment] else {
+                    unreachable!("bytes arrive only for fragments of known length, not yet handed over")
+                };
                 &mut buf[at..][..len]
+            }
+        }
+    }
+
+    /// Fragment `fragment`'s length is now known (announced by its server, and checked
+    /// against its maximum by the scheduler): allocates its buffer.
+    pub(super) fn set_len(&mut self, fragment: usize, len: u64) {
+        if let Dest::Fragments { bufs, .. } = self {
+            if matches!(bufs[fragment], Buf::Unsized) {
+                bufs[fragment] = Buf::Open(BytesMut::zeroed(len as usize));
             }
         }
     }
@@ -79,7 +106,13 @@ impl<'a> Dest<'a> {
     /// Fragment `fragment` is whole and checked: hand it over, if this destination streams.
     pub(super) fn complete(&mut self, fragment: usize, server: Option<ServerId>, at: Duration) {
         if let Dest::Fragments { bufs, starts, tx } = self {
-            if let Some(buf) = bufs[fragment].take() {
+            let buf = match std::mem::replace(&mut bufs[fragment], Buf::Taken) {
+                Buf::Open(buf) => Some(buf),
+                // Complete with a length never allocated for: 0 bytes.
+                Buf::Unsized => Some(BytesMut::new()),
+                Buf::Taken => None,
+            };
+            if let Some(buf) = buf {
                 let start = starts[fragment];
                 let data = buf.freeze();
                 // A receiver that hung up only misses fragments it no longer wants.

@@ -44,6 +44,9 @@ pub(crate) enum StreamEventKind {
         counters: Option<TcpCounters>,
         cancelled: bool,
     },
+    /// The size the server announced for an open request (before any data).
+    #[cfg_attr(not(feature = "quic"), allow(dead_code))]
+    Length(u64),
     /// The server answered with an `Error` frame.
     Refused { code: ErrorCode, message: String },
     /// The request failed; the scheduler may retry or hedge it.
@@ -66,6 +69,7 @@ struct StreamGrant {
     server: ServerId,
     fragment: usize,
     block_offset: u64,
+    object_offset: u64,
     len: u64,
     received: u64,
     crc: u32,
@@ -81,9 +85,13 @@ struct Inflight {
     cancelled: Option<GrantId>,
     fragment: usize,
     block_offset: u64,
+    object_offset: u64,
     len: u64,
     received: u64,
     crc: u32,
+    /// An `OpenRequest`: a `Length` frame comes first (then `sized`).
+    open: bool,
+    sized: bool,
 }
 
 #[derive(Debug)]
@@ -155,6 +163,9 @@ pub(super) struct Driver<'a> {
     /// Servers whose requests go over QUIC for the rest of this read (see `over_quic`).
     #[cfg(feature = "quic")]
     fell_back: std::collections::HashSet<ServerId>,
+    /// Per fragment of unknown length, the last server that said it is too long (or
+    /// announced a length over its maximum), and that length.
+    too_large: HashMap<usize, (ServerId, Option<u64>)>,
 }
 
 /// What a burst of reading on one connection ended with.
@@ -204,6 +215,7 @@ impl<'a> Driver<'a> {
             flow: crate::quic::Flow::of(policy),
             #[cfg(feature = "quic")]
             fell_back: Default::default(),
+            too_large: HashMap::new(),
         }
     }
 
@@ -267,6 +279,17 @@ impl<'a> Driver<'a> {
             if let incast_core::ReadError::ServerFailed { server, fragment, .. } = err {
                 if self.client.addr_of(server).is_none() {
                     return Err(FanInError::ServerRemoved { server, fragment });
+                }
+                if let Some(&(s, announced)) = self.too_large.get(&fragment) {
+                    if s == server {
+                        let max = self.stripe.fragment(fragment).len();
+                        return Err(FanInError::FragmentTooLarge {
+                            fragment,
+                            server,
+                            max,
+                            announced,
+                        });
+                    }
                 }
             }
             return Err(FanInError::Failed {
@@ -387,17 +410,29 @@ impl<'a> Driver<'a> {
         let c = &mut self.conns[i];
         let req = c.next_req;
         c.next_req += 1;
-        let key = self.stripe.fragment(g.fragment).key();
-        wire::encode_request(&mut c.out, req, key, g.object_offset, g.len, g.pace);
+        let frag = self.stripe.fragment(g.fragment);
+        let open = frag.known_len().is_none();
+        if open {
+            let o = wire::Open {
+                limit: frag.offset().saturating_add(frag.len()),
+                query: frag.query_bytes(),
+            };
+            wire::encode_open_request(&mut c.out, req, frag.key(), g.object_offset, g.len, &o, g.pace);
+        } else {
+            wire::encode_request(&mut c.out, req, frag.key(), g.object_offset, g.len, g.pace);
+        }
         c.inflight.push_back(Inflight {
             req,
             grant: Some(g.id),
             cancelled: None,
             fragment: g.fragment,
             block_offset: g.block_offset,
+            object_offset: g.object_offset,
             len: g.len,
             received: 0,
             crc: 0,
+            open,
+            sized: false,
         });
         self.grant_conn.insert(g.id, i);
     }
@@ -489,7 +524,15 @@ impl<'a> Driver<'a> {
             return;
         };
         self.report.quic_requests += 1;
+        let frag = self.stripe.fragment(g.fragment);
+        let open = frag.known_len().is_none().then(|| {
+            (
+                frag.offset().saturating_add(frag.len()),
+                frag.query_bytes().map(bytes::Bytes::copy_from_slice),
+            )
+        });
         let req = crate::quic::StreamRequest {
+            open,
             grant: g.id,
             server: g.server,
             addr,
@@ -507,6 +550,7 @@ impl<'a> Driver<'a> {
                 server: g.server,
                 fragment: g.fragment,
                 block_offset: g.block_offset,
+                object_offset: g.object_offset,
                 len: g.len,
                 received: 0,
                 crc: 0,
@@ -579,14 +623,60 @@ impl<'a> Driver<'a> {
                     self.grant_failed(now, g, why);
                 }
             }
+            StreamEventKind::Length(size) => {
+                // The task allows only data of the cut length after this.
+                s.len = size
+                    .min(s.object_offset.saturating_add(s.len))
+                    .saturating_sub(s.object_offset);
+                let fragment = s.fragment;
+                if let Err(why) = self.on_length(now, g, server, fragment, size) {
+                    self.fail_stream(g, why);
+                }
+            }
             StreamEventKind::Refused { code, message } => {
-                self.streams.remove(&g);
+                let s = self.streams.remove(&g).expect("looked up above");
+                self.note_refusal(s.fragment, server, code);
                 self.grant_failed(now, g, format!("{server} answered {code:?}: {message}"));
             }
             StreamEventKind::Failed(why) => self.fail_stream(g, why),
             StreamEventKind::Fatal(e) => return Err(e),
         }
         Ok(())
+    }
+
+    /// The server of live grant `g` (of `fragment`) announced the size of what it reads:
+    /// tells the scheduler the fragment's length and sizes the fragment's buffer. `Err`: the
+    /// scheduler refused it (over the maximum, or unlike the length learnt before); the caller
+    /// fails the grant with that cause.
+    fn on_length(
+        &mut self,
+        now: Instant,
+        g: GrantId,
+        server: ServerId,
+        fragment: usize,
+        size: u64,
+    ) -> Result<(), String> {
+        let len = size.saturating_sub(self.stripe.fragment(fragment).offset());
+        match self.sched.on_length(now, g, len) {
+            Ok(()) => {
+                self.dest.set_len(fragment, len);
+                Ok(())
+            }
+            Err(e) => {
+                if let incast_core::EventError::LengthOverMax { len, .. } = e {
+                    self.too_large.insert(fragment, (server, Some(len)));
+                }
+                Err(format!("{server}: {e}"))
+            }
+        }
+    }
+
+    /// A server refused a request of `fragment` with `code`: remembered when it says the
+    /// fragment is too large, for the read's typed error.
+    fn note_refusal(&mut self, fragment: usize, server: ServerId, code: ErrorCode) {
+        if code == ErrorCode::TooLarge {
+            self.too_large.insert(fragment, (server, None));
+        }
     }
 
     /// Ends stream grant `g` as failed.
@@ -719,6 +809,9 @@ impl<'a> Driver<'a> {
                     if f.req != *id {
                         return Outcome::Broken(format!("{server} sent data for request {id}, expected {}", f.req));
                     }
+                    if f.open && !f.sized {
+                        return Outcome::Broken(format!("{server} sent data for request {id} before its length"));
+                    }
                     let room = (f.len - f.received).min(u64::from(*left)) as usize;
                     if room < *left as usize {
                         return Outcome::Broken(format!("{server} sent more data than request {id} asked for"));
@@ -759,7 +852,7 @@ impl<'a> Driver<'a> {
                 let h = Header::decode(buf).map_err(|e| format!("{server}: {e}"))?;
                 c.rx = match h.kind {
                     Kind::Data => Rx::Data { id: h.id, left: h.len },
-                    Kind::End | Kind::Error => Rx::Control {
+                    Kind::End | Kind::Error | Kind::Length => Rx::Control {
                         header: h,
                         buf: Vec::with_capacity(h.len as usize),
                     },
@@ -826,7 +919,34 @@ impl<'a> Driver<'a> {
                 let f = self.pop_inflight(i, id)?;
                 if let Some(g) = f.grant {
                     self.grant_conn.remove(&g);
+                    self.note_refusal(f.fragment, server, code);
                     self.grant_failed(now, g, format!("{server} answered {code:?}: {message}"));
+                }
+                Ok(())
+            }
+            Frame::Length { id, size } => {
+                let c = &mut self.conns[i];
+                let Some(f) = c.inflight.front_mut().filter(|f| f.req == id) else {
+                    return Err(format!("{server} sent a length for request {id} out of order"));
+                };
+                if !f.open || f.sized {
+                    return Err(format!("{server} sent an unexpected length for request {id}"));
+                }
+                // What the server sends now: the part of the range below the size.
+                f.sized = true;
+                f.len = size
+                    .min(f.object_offset.saturating_add(f.len))
+                    .saturating_sub(f.object_offset);
+                let (grant, fragment) = (f.grant, f.fragment);
+                if let Some(g) = grant {
+                    if let Err(why) = self.on_length(now, g, server, fragment, size) {
+                        // Its bytes are drained; the scheduler retries the range elsewhere.
+                        if let Some(f) = self.conns[i].inflight.front_mut() {
+                            f.grant = None;
+                        }
+                        self.grant_conn.remove(&g);
+                        self.grant_failed(now, g, why);
+                    }
                 }
                 Ok(())
             }
@@ -913,12 +1033,18 @@ impl<'a> Driver<'a> {
             .sched
             .on_done(now, g, got.fragment)
             .map_err(|e| format!("{server}: {e}"))?;
+        // One more look at the port only for a fragment whose length was announced.
+        let len = match self.stripe.fragment(got.fragment).known_len() {
+            Some(len) => Some(len),
+            None => self.sched.fragment_len(got.fragment),
+        };
         let fr = &mut self.report.fragments[got.fragment];
-        if confirmed > fr.bytes {
+        let whole = len == Some(confirmed);
+        if confirmed > fr.bytes || (whole && fr.done.is_none()) {
             fr.bytes = confirmed;
             fr.server = Some(server);
             fr.done = Some(now - self.start);
-            if confirmed == self.stripe.fragment(got.fragment).len() {
+            if whole {
                 self.dest.complete(got.fragment, Some(server), now - self.start);
             }
         }

@@ -261,6 +261,12 @@ impl Client {
     /// Reads the block `stripe` describes, under `policy`. Returns the block in one buffer
     /// and a report, or an error naming what failed; never a short or partial block.
     /// Concurrent reads of one client share its port ([`Sharing`]).
+    ///
+    /// With fragments of unknown length ([`incast_core::Fragment::up_to`],
+    /// [`incast_core::Fragment::query`]) the block is the fragments' bytes end to end in stripe
+    /// order, each as long as its server announced (`report.fragments[i].bytes`); they are
+    /// received into one buffer each and joined at the end, one copy.
+    /// [`Client::fan_in_read_stream`] hands them over without it.
     pub async fn fan_in_read(&self, stripe: &Stripe, policy: &Policy) -> Result<ReadOutput, FanInError> {
         self.fan_in_read_with(stripe, policy, ReadOptions::default()).await
     }
@@ -274,6 +280,25 @@ impl Client {
         opts: ReadOptions,
     ) -> Result<ReadOutput, FanInError> {
         self.admit(stripe)?;
+        if stripe.has_unknown_lengths() {
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+            let (result, report, _) = self.run_read(stripe, policy, opts, Dest::fragments(stripe, tx)).await;
+            result?;
+            let mut parts: Vec<Option<bytes::Bytes>> = vec![None; stripe.len()];
+            while let Ok(f) = rx.try_recv() {
+                parts[f.index] = Some(f.data);
+            }
+            let total: usize = parts.iter().flatten().map(bytes::Bytes::len).sum();
+            let mut block = Vec::with_capacity(total);
+            for p in parts.iter().flatten() {
+                block.extend_from_slice(p);
+            }
+            debug_assert!(
+                parts.iter().all(Option::is_some),
+                "a completed read hands over every fragment"
+            );
+            return Ok(ReadOutput { block, report });
+        }
         let (result, report, dest) = self
             .run_read(
                 stripe,
@@ -294,7 +319,8 @@ impl Client {
     /// from the socket straight into `buf`, with no copy beyond the kernel's.
     ///
     /// `buf` must be exactly the block's length ([`FanInError::BufferLength`] otherwise,
-    /// before anything is sent). On an error `buf` holds an unspecified mix of received bytes
+    /// before anything is sent), and the stripe's lengths known ([`FanInError::UnknownLengths`]
+    /// otherwise). On an error `buf` holds an unspecified mix of received bytes
     /// and what it held before: never use it as data then.
     ///
     /// ```no_run
@@ -311,6 +337,9 @@ impl Client {
         buf: &mut [u8],
     ) -> Result<ReadReport, FanInError> {
         self.admit(stripe)?;
+        if stripe.has_unknown_lengths() {
+            return Err(FanInError::UnknownLengths);
+        }
         if buf.len() as u64 != stripe.block_len() {
             return Err(FanInError::BufferLength {
                 len: buf.len() as u64,
@@ -420,7 +449,11 @@ impl Client {
             *self.rtt.lock().unwrap_or_else(|e| e.into_inner()) = Some(rtt);
         }
         (d.report.stats, d.report.port) = d.sched.finish();
-        let bytes = if result.is_ok() { stripe.block_len() } else { 0 };
+        let bytes = match (&result, stripe.has_unknown_lengths()) {
+            (Err(_), _) => 0,
+            (Ok(()), false) => stripe.block_len(),
+            (Ok(()), true) => d.report.fragments.iter().map(|f| f.bytes).sum(),
+        };
         self.counters.record(result.is_ok(), bytes, &d.report);
         d.release_connections();
         let report = std::mem::take(&mut d.report);

@@ -41,6 +41,26 @@ pub enum FanInError {
         /// What went wrong on the last failed request, as seen on the wire.
         cause: String,
     },
+    /// A fragment of unknown length ([`incast_core::Fragment::up_to`],
+    /// [`incast_core::Fragment::query`]) is longer than its maximum on the last server tried,
+    /// which either said so (`announced: None`) or announced a length over it; no replica
+    /// was left to try.
+    #[error("fragment {fragment} on {server} is longer than its maximum of {max} bytes{}", announced.map(|l| format!(" (the server announced {l})")).unwrap_or_default())]
+    FragmentTooLarge {
+        /// Index of the fragment.
+        fragment: usize,
+        /// The server.
+        server: ServerId,
+        /// The fragment's maximum.
+        max: u64,
+        /// The length the server announced, if it announced one.
+        announced: Option<u64>,
+    },
+    /// [`crate::Client::fan_in_read_into`] of a stripe with fragments of unknown length:
+    /// their layout in a caller's buffer is not known before the read. Use
+    /// [`crate::Client::fan_in_read`] or [`crate::Client::fan_in_read_stream`].
+    #[error("a stripe with fragments of unknown length cannot be read into a caller's buffer")]
+    UnknownLengths,
     /// A fragment's last server was removed from the client while the read ran
     /// ([`crate::Client::remove_server`]) and no replica was left to try.
     #[error("fragment {fragment} failed: {server} was removed from the client and no replica is left")]

@@ -215,6 +215,8 @@ pub(crate) struct StreamRequest {
     pub(crate) key: String,
     pub(crate) offset: u64,
     pub(crate) len: u64,
+    /// An open request (a fragment of unknown length): the size limit and the query.
+    pub(crate) open: Option<(u64, Option<Bytes>)>,
 }
 
 /// Runs one request over QUIC and reports to the read's driver through `tx`.
@@ -265,7 +267,16 @@ async fn request(
     let (mut send, recv) = opened.map_err(|e| failed("opening a stream", &e))?;
     let mut out = Vec::with_capacity(64 + req.key.len());
     // QUIC paces with its own congestion controller (quinn's pacer): no pace on the wire.
-    wire::encode_request(&mut out, STREAM_REQUEST_ID, &req.key, req.offset, req.len, None);
+    match &req.open {
+        None => wire::encode_request(&mut out, STREAM_REQUEST_ID, &req.key, req.offset, req.len, None),
+        Some((limit, query)) => {
+            let open = wire::Open {
+                limit: *limit,
+                query: query.as_deref(),
+            };
+            wire::encode_open_request(&mut out, STREAM_REQUEST_ID, &req.key, req.offset, req.len, &open, None);
+        }
+    }
     send.write_all(&out)
         .await
         .map_err(|e| failed("sending a request", &e))?;
@@ -280,6 +291,8 @@ async fn request(
         server,
     };
     let mut got = 0u64;
+    // Bytes the response may carry: the request's length, cut by an open request's `Length`.
+    let mut allowed = req.open.is_none().then_some(req.len);
     loop {
         let mut head = [0u8; HEADER_LEN];
         r.fill(&mut head).await?;
@@ -292,14 +305,27 @@ async fn request(
         }
         match h.kind {
             Kind::Data => {
-                if got + u64::from(h.len) > req.len {
+                let Some(allowed) = allowed else {
+                    return Err(failed("response", &"data before the length of an open request"));
+                };
+                if got + u64::from(h.len) > allowed {
                     return Err(failed(
                         "response",
-                        &format!("more data than the {} bytes asked for", req.len),
+                        &format!("more data than the {allowed} bytes asked for"),
                     ));
                 }
                 got += u64::from(h.len);
                 r.data(h.len as usize).await?;
+            }
+            Kind::Length if req.open.is_some() && allowed.is_none() => {
+                let mut body = [0u8; 8];
+                r.fill(&mut body).await?;
+                let size = u64::from_be_bytes(body);
+                allowed = Some(size.min(req.offset.saturating_add(req.len)).saturating_sub(req.offset));
+                let kind = StreamEventKind::Length(size);
+                tx.send(StreamEvent { grant: req.grant, kind })
+                    .await
+                    .map_err(|_| StreamEventKind::Failed("the read ended".into()))?;
             }
             Kind::End | Kind::Error => {
                 // Bounded by `Header::decode`: control frames are at most 2 KiB.

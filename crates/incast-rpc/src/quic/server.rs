@@ -13,7 +13,7 @@ use tokio::sync::{watch, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
 
 use super::{transport_config, udp_socket, Knobs, QuicServerConfig, REQUEST_STREAM_WINDOW};
-use crate::server::{respond, send, shutdown_signal, truncate, Ctx, Sink};
+use crate::server::{respond, respond_open, send, shutdown_signal, truncate, Ctx, OpenReq, Sink};
 use crate::store::FragmentStore;
 use crate::wire::{ErrorCode, Frame, Header, Kind, TcpCounters, WireError, HEADER_LEN};
 
@@ -170,10 +170,11 @@ async fn read_request(recv: &mut RecvStream) -> Result<Option<Frame>, WireError>
         return Ok(None);
     }
     let h = Header::decode(&head)?;
-    if h.kind != Kind::Request {
+    if !matches!(h.kind, Kind::Request | Kind::OpenRequest) {
         return Err(WireError::UnexpectedKind { kind: h.kind });
     }
-    // Bounded by `Header::decode`: a request is a control frame (at most 2 KiB).
+    // Bounded by `Header::decode`: a request is a control frame (at most 2 KiB), an open
+    // request at most `MAX_OPEN_REQUEST_PAYLOAD` (about 17 KiB).
     let mut body = vec![0u8; h.len as usize];
     if recv.read_exact(&mut body).await.is_err() {
         return Ok(None);
@@ -207,11 +208,20 @@ async fn stream<S: FragmentStore>(out: SendStream, mut recv: RecvStream, conn: C
         Ok(Ok(Some(frame))) => frame,
     };
     drop(recv);
-    let Frame::Request {
-        id, key, offset, len, ..
-    } = request
-    else {
-        unreachable!("read_request returns requests only")
+    let (id, key, offset, len, open) = match request {
+        Frame::Request {
+            id, key, offset, len, ..
+        } => (id, key, offset, len, None),
+        Frame::OpenRequest {
+            id,
+            key,
+            offset,
+            len,
+            limit,
+            query,
+            ..
+        } => (id, key, offset, len, Some((limit, query))),
+        _ => unreachable!("read_request returns requests only"),
     };
     let max = ctx.cfg.max_request_bytes();
     let result = if len > max {
@@ -222,6 +232,16 @@ async fn stream<S: FragmentStore>(out: SendStream, mut recv: RecvStream, conn: C
             message: format!("request of {len} bytes exceeds this server's limit of {max}"),
         };
         send(&mut sink, &mut buf, error).await
+    } else if let Some((limit, query)) = open {
+        let req = OpenReq {
+            id,
+            key: &key,
+            offset,
+            len,
+            limit,
+            query,
+        };
+        respond_open(&mut sink, &mut buf, &|| false, ctx, req).await
     } else {
         // A cancel is the client's STOP_SENDING: the next write fails.
         respond(&mut sink, &mut buf, &|| false, ctx, id, &key, offset, len).await
