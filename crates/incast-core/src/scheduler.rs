@@ -658,7 +658,7 @@ impl Scheduler {
                 stalled: 0,
                 in_ready: false,
                 in_urgent: false,
-                known: f.known_len().is_some() || f.len() == 0,
+                known: f.known_len().is_some() || f.is_empty(),
             });
         }
         let block_len = stripe.block_len();

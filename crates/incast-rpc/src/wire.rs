@@ -966,8 +966,13 @@ mod tests {
         b[HEADER_LEN + 26..HEADER_LEN + 28].copy_from_slice(&3u16.to_be_bytes());
         assert!(matches!(decode(&b), Err(WireError::QueryLength { query_len: 3, .. })));
         let too_long = Frame::OpenRequest {
+            id: 1,
+            key: "a".into(),
+            offset: 0,
+            len: 1,
+            limit: 1,
             query: Some(Bytes::from(vec![0u8; MAX_QUERY_LEN + 1])),
-            ..open
+            pace: None,
         };
         assert!(too_long.check().is_err());
         let mut h = Header {

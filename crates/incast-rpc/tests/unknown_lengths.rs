@@ -26,17 +26,17 @@ fn answer(shard: u32, query: &[u8]) -> Vec<u8> {
         .collect()
 }
 
-type Shard = WithQueries<MemStore, QueryFn<Box<dyn Fn(&str, &[u8], u64) -> Result<Bytes, StoreError> + Send + Sync>>>;
+type Handler = Box<dyn Fn(&str, &[u8], u64) -> Result<Bytes, StoreError> + Send + Sync>;
+type Shard = WithQueries<MemStore, QueryFn<Handler>>;
 
 /// A shard: a store with object "log" of `log` bytes, answering queries; counts handler runs.
 fn shard(i: u32, log: usize, calls: Arc<AtomicUsize>) -> Shard {
     let store = MemStore::new();
     store.insert("log", answer(i, format!("len:{log}").as_bytes()));
-    let handler: Box<dyn Fn(&str, &[u8], u64) -> Result<Bytes, StoreError> + Send + Sync> =
-        Box::new(move |_key, q, _limit| {
-            calls.fetch_add(1, Ordering::Relaxed);
-            Ok(Bytes::from(answer(i, q)))
-        });
+    let handler: Handler = Box::new(move |_key, q, _limit| {
+        calls.fetch_add(1, Ordering::Relaxed);
+        Ok(Bytes::from(answer(i, q)))
+    });
     WithQueries::new(store, QueryFn(handler))
 }
 
