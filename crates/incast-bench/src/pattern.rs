@@ -86,6 +86,27 @@ impl FragmentStore for PatternStore {
         });
         Ok(Bytes::from(v))
     }
+
+    /// The query `len:<n>` (the `unsized` strategy): the first `n` bytes of object `key`,
+    /// the same bytes a range read of them gives.
+    async fn query(&self, key: &str, query: &[u8], limit: u64) -> Result<Bytes, StoreError> {
+        let n = std::str::from_utf8(query)
+            .ok()
+            .and_then(|q| q.strip_prefix("len:"))
+            .and_then(|n| n.parse::<u64>().ok())
+            .ok_or_else(|| StoreError::BadKey {
+                key: key.to_owned(),
+                reason: "queries are `len:<bytes>`",
+            })?;
+        if n > limit {
+            return Err(StoreError::TooLarge {
+                key: key.to_owned(),
+                size: n,
+                limit,
+            });
+        }
+        self.read(key, 0, n).await
+    }
 }
 
 /// Where a block first differs from what the pattern store serves.

@@ -84,6 +84,24 @@ pub fn stripe(pool: &[ServerId], senders: usize, layout: Layout, no: u64) -> Str
     Stripe::new(frags).expect("bench stripes are valid")
 }
 
+/// `stripe` with every fragment's length hidden from the client: fragment `i` becomes the
+/// query `len:<n>` against its key, answered by [`pattern::PatternStore`] with the same bytes,
+/// at most twice its length (the `unsized` strategy). Verify the block against `stripe`.
+pub fn as_queries(stripe: &Stripe) -> Stripe {
+    Stripe::new(
+        stripe
+            .fragments()
+            .iter()
+            .map(|f| {
+                let q = format!("len:{}", f.len()).into_bytes();
+                Fragment::query(f.server(), f.key_arc().clone(), q, f.len().max(1) * 2)
+                    .with_replicas(f.replicas().iter().copied())
+            })
+            .collect(),
+    )
+    .expect("bench stripes are valid")
+}
+
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct RunSpec {
@@ -339,6 +357,7 @@ pub async fn measure(
         .map_err(|e| plan_error(format!("background flows: {e}")))?;
     let next = std::cell::Cell::new(0u64);
     let stripe_of = |no| stripe(&ids, spec.senders, spec.layout, no);
+    let open_lengths = spec.strategy.unknown_lengths();
     // Warm-up: `warmup` reads per reader, all readers at once.
     let last_failure = RefCell::new(None);
     let warm = u64::from(spec.warmup) * r as u64;
@@ -351,7 +370,7 @@ pub async fn measure(
             }
             next.set(no + 1);
             let s = stripe_of(no);
-            match reader.read(s.clone()).await {
+            match reader.read(if open_lengths { as_queries(&s) } else { s.clone() }).await {
                 Ok((block, _)) => {
                     if let Err(m) = pattern::verify(&s, &block) {
                         first_corrupt.borrow_mut().get_or_insert(m);
@@ -405,7 +424,7 @@ pub async fn measure(
         let s = stripe_of(no);
         async move {
             let t = Instant::now();
-            let res = reader.read(s.clone()).await;
+            let res = reader.read(if open_lengths { as_queries(&s) } else { s.clone() }).await;
             let took = t.elapsed();
             let mut m = m.borrow_mut();
             m.blocks += 1;

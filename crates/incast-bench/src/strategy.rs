@@ -53,6 +53,9 @@ pub enum Strategy {
     Default,
     /// The library's defaults, each read scheduled alone.
     PerRead,
+    /// The library's defaults, with every fragment's length unknown to the client: each is a
+    /// query (`Fragment::query`, maximum twice its size) whose server announces the length.
+    Unsized,
     /// The library's defaults with receiver-paced responses.
     Paced,
     /// Kernel per-route rto_min, for reference.
@@ -67,7 +70,7 @@ pub enum Strategy {
 
 impl Strategy {
     /// Every strategy, in table order.
-    pub const ALL: [Strategy; 12] = [
+    pub const ALL: [Strategy; 13] = [
         Strategy::Naive,
         Strategy::Capped,
         Strategy::Scheduled,
@@ -75,6 +78,7 @@ impl Strategy {
         Strategy::Hedged,
         Strategy::Default,
         Strategy::PerRead,
+        Strategy::Unsized,
         Strategy::Paced,
         Strategy::RtoRoute,
         Strategy::Quic,
@@ -92,6 +96,7 @@ impl Strategy {
             Strategy::Hedged => "hedged",
             Strategy::Default => "default",
             Strategy::PerRead => "per-read",
+            Strategy::Unsized => "unsized",
             Strategy::Paced => "paced",
             Strategy::RtoRoute => "rto-route",
             Strategy::Quic => "quic",
@@ -103,6 +108,11 @@ impl Strategy {
     /// Whether it sends anything over QUIC (and so needs QUIC servers and trust).
     pub fn uses_quic(self) -> bool {
         matches!(self, Strategy::Quic | Strategy::Fallback)
+    }
+
+    /// Whether its reads are queries of unknown length ([`crate::run::as_queries`]).
+    pub fn unknown_lengths(self) -> bool {
+        self == Strategy::Unsized
     }
 
     /// Whether it needs the testbed (it changes the servers' routes).
@@ -183,7 +193,7 @@ impl Strategy {
                 })),
                 plain(),
             ),
-            Strategy::Default => (Policy::default(), defaults(Transport::Tcp, Sharing::Port)?),
+            Strategy::Default | Strategy::Unsized => (Policy::default(), defaults(Transport::Tcp, Sharing::Port)?),
             Strategy::PerRead => (Policy::default(), defaults(Transport::Tcp, Sharing::PerRead)?),
             Strategy::Paced => (Policy::default(), defaults(Transport::Tcp, Sharing::Port)?),
             Strategy::Quic => (Policy::default(), defaults(Transport::Quic, Sharing::Port)?),

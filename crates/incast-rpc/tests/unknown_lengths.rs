@@ -158,7 +158,12 @@ async fn a_long_answer_read_in_many_requests_is_computed_once() {
     client.add_server(ServerId(0), h.local_addr());
     let out = client.fan_in_read(&stripe, &policy()).await.unwrap();
     assert!(out.block == answer(0, &q));
-    assert!(calls.load(Ordering::Relaxed) as u64 >= out.report.stats.grants);
+    // (A request cancelled by a hedge before it is served runs nothing.)
+    let runs = calls.load(Ordering::Relaxed) as u64;
+    assert!(
+        runs + out.report.stats.hedges >= out.report.stats.grants && runs >= 45,
+        "{runs} runs"
+    );
     h.shutdown().await;
 }
 
