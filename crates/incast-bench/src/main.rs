@@ -32,6 +32,7 @@ macro_rules! outln {
     }};
 }
 
+mod chaos;
 mod cpu;
 mod erasure;
 mod netns;
@@ -121,6 +122,139 @@ enum Command {
         incast-bench erasure\n  \
         incast-bench erasure --codes 6+3,10+4 --shard 1MiB --reads 40 --freeze 500ms --json ec.jsonl")]
     Erasure(ErasureArgs),
+    /// Concurrent reads on the testbed while faults are injected (loss, a frozen, killed or
+    /// restarted host), every completed block checked byte for byte; one JSON line per fault.
+    #[command(after_help = "Examples:\n  \
+        incast-bench chaos\n  \
+        incast-bench chaos --duration 120s --faults loss-0.1,loss-1,loss-5,freeze-100ms,freeze-1s,freeze-deadline,kill,restart --json chaos.jsonl")]
+    Chaos(ChaosArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct ChaosArgs {
+    /// The whole run, split evenly over the baseline and the faults.
+    #[arg(long, default_value = "90s", value_parser = parse_duration)]
+    duration: Duration,
+    /// Faults after the baseline, in order: loss-P (percent of frames, both ways), freeze-T,
+    /// freeze-deadline, kill, restart.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "loss-0.1,loss-1,loss-5,freeze-100ms,freeze-1s,freeze-deadline,kill,restart"
+    )]
+    faults: Vec<chaos::Fault>,
+    /// Server hosts, one fragment each (every fragment's replica is the next host).
+    #[arg(long, default_value_t = 16)]
+    senders: usize,
+    /// Bytes per fragment.
+    #[arg(long, default_value = "64KiB", value_parser = parse_bytes)]
+    sru: u64,
+    /// Readers at once, sharing one client.
+    #[arg(long, default_value_t = 4)]
+    concurrency: usize,
+    /// Each read's deadline.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    read_timeout: Duration,
+    /// Write one JSON line per fault here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// No progress lines.
+    #[arg(long)]
+    quiet: bool,
+    #[command(flatten)]
+    link: LinkArgs,
+}
+
+fn run_chaos(a: &ChaosArgs) -> Result<(), CliError> {
+    if a.senders < 3 || a.concurrency == 0 || a.duration < Duration::from_secs(1) {
+        return Err(std::io::Error::other(
+            "chaos needs --senders 3 or more, --concurrency 1 or more and --duration 1s or more",
+        )
+        .into());
+    }
+    let config = a.link.testbed(a.senders);
+    if !a.quiet {
+        eprintln!("building the testbed: {config}");
+    }
+    let tb = Arc::new(Testbed::up(config.clone())?);
+    let spec = chaos::Spec {
+        senders: a.senders,
+        sru: a.sru,
+        concurrency: a.concurrency,
+        duration: a.duration,
+        faults: a.faults.clone(),
+        read_timeout: a.read_timeout,
+        quiet: a.quiet,
+    };
+    let rows = chaos::run(&spec, tb)?;
+    outln!(
+        "incast-bench chaos on the testbed: {config}; {} senders x {} KiB, {} readers, host {} is the victim, every fragment has a replica",
+        a.senders,
+        a.sru >> 10,
+        a.concurrency,
+        chaos::VICTIM
+    );
+    outln!(
+        "{:<16} {:>6} {:>6} {:>6} {:>7} {:>8} {:>8} {:>8} {:>9} {:>7} {:>7} {:>6} {:>11} {:>9}  failed by",
+        "fault",
+        "reads",
+        "done",
+        "failed",
+        "corrupt",
+        "p50 ms",
+        "p99 ms",
+        "base p99",
+        "failover",
+        "hedges",
+        "retries",
+        "RTOs",
+        "RSS MiB",
+        "fds"
+    );
+    for r in &rows {
+        outln!(
+            "{:<16} {:>6} {:>6} {:>6} {:>7} {:>8.1} {:>8.1} {:>8.1} {:>9} {:>7} {:>7} {:>6} {:>11} {:>9}  {}",
+            r.fault,
+            r.attempted,
+            r.completed,
+            r.failed,
+            r.corrupt,
+            r.p50_ms,
+            r.p99_ms,
+            r.baseline_p99_ms,
+            r.failover_p50_ms.map_or("-".into(), |v| format!("{v:.1}")),
+            r.hedges,
+            r.retries,
+            r.kernel_rtos,
+            format!("{}->{}", r.rss_kib.0 >> 10, r.rss_kib.1 >> 10),
+            format!("{}->{}", r.fds.0, r.fds.1),
+            r.failed_by
+                .iter()
+                .map(|(k, v)| format!("{k}: {v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    if let Some(p) = &a.json {
+        let mut out = String::new();
+        for r in &rows {
+            out.push_str(&serde_json::to_string(r).map_err(std::io::Error::other)?);
+            out.push('\n');
+        }
+        std::fs::write(p, out)?;
+        eprintln!("wrote {}", p.display());
+    }
+    let corrupt: u32 = rows.iter().map(|r| r.corrupt).sum();
+    if corrupt > 0 {
+        return Err(std::io::Error::other(format!(
+            "{corrupt} completed blocks differed from what the servers hold"
+        ))
+        .into());
+    }
+    if rows.first().is_some_and(|r| r.completed == 0) {
+        return Err(std::io::Error::other("no read completed without faults").into());
+    }
+    Ok(())
 }
 
 #[derive(clap::Args, Debug)]
@@ -905,6 +1039,7 @@ fn main() -> ExitCode {
         Command::Testbed { action } => run_testbed(action),
         Command::Demo(a) => run_demo(a),
         Command::Erasure(a) => run_erasure(a),
+        Command::Chaos(a) => run_chaos(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

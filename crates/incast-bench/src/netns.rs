@@ -110,6 +110,16 @@ impl Netns {
         self.exec(program, &["-batch", "-"], Some(script.to_owned()), line)
     }
 
+    /// Runs `program args` inside the namespace with `input` on its standard input (`nft -f -`).
+    pub fn with_input(&self, program: &str, args: &[&str], input: &str) -> Result<String, CommandError> {
+        let line = format!(
+            "{program} {} ({} lines of input)",
+            args.join(" "),
+            input.lines().count()
+        );
+        self.exec(program, args, Some(input.to_owned()), line)
+    }
+
     /// Runs `program args` inside the namespace, with `stdin` on its standard input when given;
     /// `line` names it in errors.
     fn exec(&self, program: &str, args: &[&str], stdin: Option<String>, line: String) -> Result<String, CommandError> {

@@ -97,6 +97,8 @@ const CLIENT_IF: &str = "incast-c";
 /// The shaped switch port toward the client.
 pub const SWITCH_CLIENT_PORT: &str = "incast-swc";
 const BRIDGE: &str = "incast-br";
+/// The nftables table of [`Testbed::set_loss`].
+const LOSS_TABLE: &str = "incast_loss";
 
 /// Name of host `h`'s interface.
 fn host_if(h: usize) -> String {
@@ -375,6 +377,35 @@ impl Testbed {
         let state = if up { "up" } else { "down" };
         self.switch
             .command("ip", &["link", "set", &switch_host_port(h), state])?;
+        Ok(())
+    }
+
+    /// Drops `per_10k` in 10,000 frames at random on the client's port, in both directions
+    /// (`None` or 0: no loss): an nftables `numgen random` rule at the ingress hook of the
+    /// client's interface (data to the client) and of the switch's client port (requests and
+    /// ACKs from it). Ingress drops are real losses to the TCP at either end; a drop at an
+    /// output hook would be reported to the local TCP and hide the loss. Needs `nft`
+    /// (Debian package `nftables`); netem is not compiled into this kernel.
+    pub fn set_loss(&self, per_10k: Option<u32>) -> Result<(), TestbedError> {
+        if !["/usr/sbin", "/sbin", "/usr/bin", "/bin"]
+            .iter()
+            .any(|d| std::path::Path::new(d).join("nft").exists())
+        {
+            return Err(TestbedError::MissingTool {
+                tool: "nft",
+                package: "nftables",
+            });
+        }
+        for (ns, dev) in [(&self.client, CLIENT_IF), (&self.switch, SWITCH_CLIENT_PORT)] {
+            // Deleting a table that is not there fails; that is the state wanted.
+            let _ = ns.command("nft", &["delete", "table", "netdev", LOSS_TABLE]);
+            if let Some(p) = per_10k.filter(|&p| p > 0) {
+                let rules = format!(
+                    "table netdev {LOSS_TABLE} {{\n  chain lossy {{\n    type filter hook ingress device \"{dev}\" priority 0;\n    numgen random mod 10000 < {p} drop\n  }}\n}}\n"
+                );
+                ns.with_input("nft", &["-f", "-"], &rules)?;
+            }
+        }
         Ok(())
     }
 
