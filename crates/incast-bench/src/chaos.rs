@@ -26,8 +26,22 @@
 //! (failover), hedges, retries and kernel RTOs, and the process's resident memory and open
 //! descriptors at the phase's start and end (the servers run in the same process).
 //!
-//! Not here yet (issue 13): connection floods, slowloris, garbage, lying servers, the
-//! 10-minute soak and fuzzing at scale.
+//! Hostile peers, against server 0 (the target) or in place of the victim:
+//!
+//! - `flood`: 10,000 connections opened to the target (as fast as it accepts them) and held
+//!   for the phase; the server takes [`incast_rpc::ServerConfig::max_connections`] and tells
+//!   the rest it is busy;
+//! - `slowloris`: 2,000 connections to the target, each sending a request one byte every
+//!   500 ms;
+//! - `garbage`: random bytes sent to the target as fast as it takes them, over connection
+//!   after connection (it closes each at the first bad header);
+//! - `liar-crc`, `liar-short`, `trickle`: the victim's server replaced for the phase by one
+//!   that sends the right bytes with a wrong CRC32C, ends every response after half its
+//!   bytes, or sends one byte every 200 ms.
+//!
+//! **Soak.** `--cycles N` runs the fault list N times after the baseline (a 10-minute soak:
+//! `--duration 600s --cycles 2`). Throughout, a thread samples once a second the process's
+//! resident memory and open descriptors and the client runtime's live tasks ([`Sample`]).
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -42,8 +56,10 @@ use crate::run::Layout;
 use crate::servers::ServerSet;
 use crate::testbed::{host_addr, Testbed, TestbedError};
 
-/// The host whose server freezes, dies and restarts.
+/// The host whose server freezes, dies, restarts or lies.
 pub const VICTIM: usize = 1;
+/// The server floods, slowloris and garbage are aimed at.
+pub const TARGET: ServerId = ServerId(0);
 /// When a killed server dies, into its phase.
 const KILL_AFTER: Duration = Duration::from_millis(200);
 /// How long a restarted server stays dead.
@@ -52,6 +68,14 @@ const DEAD_FOR: Duration = Duration::from_millis(500);
 const SETTLE: Duration = Duration::from_millis(500);
 /// Shortest time a host stays up between two freezes.
 const MIN_UP: Duration = Duration::from_millis(500);
+/// Connections of a flood.
+const FLOOD: usize = 10_000;
+/// Connections of a slowloris attack.
+const SLOWLORIS: usize = 2_000;
+/// Time between two bytes of a slowloris connection.
+const SLOWLORIS_GAP: Duration = Duration::from_millis(500);
+/// Time between two bytes of a trickling liar.
+pub(crate) const TRICKLE_GAP: Duration = Duration::from_millis(200);
 
 /// A fault of one phase.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -68,6 +92,25 @@ pub enum Fault {
     Kill,
     /// The victim's server killed and started again.
     Restart,
+    /// 10,000 connections held against the target.
+    Flood,
+    /// 2,000 connections trickling requests to the target.
+    Slowloris,
+    /// Random bytes to the target, connection after connection.
+    Garbage,
+    /// The victim replaced by a server that lies.
+    Liar(Lie),
+}
+
+/// How a lying server lies ([`Fault::Liar`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lie {
+    /// The right bytes, a wrong CRC32C.
+    Crc,
+    /// `End` after half the bytes.
+    Short,
+    /// One byte every 200 ms.
+    Trickle,
 }
 
 impl Fault {
@@ -80,6 +123,12 @@ impl Fault {
             Fault::FreezePastDeadline => "freeze-deadline".into(),
             Fault::Kill => "kill".into(),
             Fault::Restart => "restart".into(),
+            Fault::Flood => "flood".into(),
+            Fault::Slowloris => "slowloris".into(),
+            Fault::Garbage => "garbage".into(),
+            Fault::Liar(Lie::Crc) => "liar-crc".into(),
+            Fault::Liar(Lie::Short) => "liar-short".into(),
+            Fault::Liar(Lie::Trickle) => "trickle".into(),
         }
     }
 }
@@ -87,8 +136,12 @@ impl Fault {
 impl std::str::FromStr for Fault {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let bad =
-            |why: &str| format!("{s}: {why}; faults are loss-P (percent), freeze-T, freeze-deadline, kill, restart");
+        let bad = |why: &str| {
+            format!(
+                "{s}: {why}; faults are loss-P (percent), freeze-T, freeze-deadline, kill, restart, flood, slowloris, \
+                 garbage, liar-crc, liar-short, trickle"
+            )
+        };
         if let Some(p) = s.strip_prefix("loss-") {
             let pct: f64 = p.parse().map_err(|_| bad("not a percentage"))?;
             if !(0.01..=50.0).contains(&pct) {
@@ -101,6 +154,12 @@ impl std::str::FromStr for Fault {
             "freeze-deadline" => Ok(Fault::FreezePastDeadline),
             "kill" => Ok(Fault::Kill),
             "restart" => Ok(Fault::Restart),
+            "flood" => Ok(Fault::Flood),
+            "slowloris" => Ok(Fault::Slowloris),
+            "garbage" => Ok(Fault::Garbage),
+            "liar-crc" => Ok(Fault::Liar(Lie::Crc)),
+            "liar-short" => Ok(Fault::Liar(Lie::Short)),
+            "trickle" => Ok(Fault::Liar(Lie::Trickle)),
             _ => {
                 let t = s.strip_prefix("freeze-").ok_or_else(|| bad("unknown fault"))?;
                 let d = crate::units::parse_duration(t).map_err(|e| bad(&e))?;
@@ -128,8 +187,23 @@ pub struct Spec {
     pub faults: Vec<Fault>,
     /// Each read's deadline.
     pub read_timeout: Duration,
+    /// Times the fault list runs (after one baseline).
+    pub cycles: u32,
     /// No progress lines.
     pub quiet: bool,
+}
+
+/// One sample of the process, taken each second of a run.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct Sample {
+    /// Seconds since the first phase started.
+    pub t_s: f64,
+    /// Resident memory, KiB.
+    pub rss_kib: u64,
+    /// Open descriptors.
+    pub fds: u64,
+    /// Live tasks of the client's runtime.
+    pub tasks: usize,
 }
 
 /// The figures of one phase.
@@ -165,6 +239,11 @@ pub struct Row {
     pub failover_max_ms: Option<f64>,
     /// Goodput of completed reads over the phase, Mbit/s.
     pub goodput_mbps: f64,
+    /// `goodput_mbps` over the baseline's.
+    pub goodput_of_baseline: f64,
+    /// What the fault did: connections held (flood, slowloris), bytes of garbage sent,
+    /// responses the liar sent.
+    pub attack: u64,
     /// Hedges issued.
     pub hedges: u64,
     /// Retries on replicas after failures.
@@ -247,7 +326,7 @@ impl Victim {
 }
 
 /// Runs `spec` on `tb` (at least `spec.senders` hosts).
-pub fn run(spec: &Spec, tb: Arc<Testbed>) -> std::io::Result<Vec<Row>> {
+pub fn run(spec: &Spec, tb: Arc<Testbed>) -> std::io::Result<(Vec<Row>, Vec<Sample>)> {
     if spec.senders < 3 || tb.hosts().len() < spec.senders {
         return Err(std::io::Error::other(format!(
             "chaos needs at least 3 senders on as many hosts ({} senders, {} hosts)",
@@ -304,7 +383,7 @@ fn client_side(
     tb: Arc<Testbed>,
     victim: Arc<Victim>,
     addrs: Vec<(ServerId, SocketAddr)>,
-) -> std::io::Result<Vec<Row>> {
+) -> std::io::Result<(Vec<Row>, Vec<Sample>)> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let cfg = ClientConfig::builder()
         .read_timeout(spec.read_timeout)
@@ -313,8 +392,14 @@ fn client_side(
     let client = Arc::new(Client::with_config(addrs, cfg));
     let policy = Policy::default();
     let pool: Vec<ServerId> = (0..spec.senders as u32).map(ServerId).collect();
+    let target = client
+        .servers()
+        .into_iter()
+        .find(|(id, _)| *id == TARGET)
+        .map(|(_, a)| a)
+        .ok_or_else(|| std::io::Error::other("no target server"))?;
     let phases: Vec<Fault> = std::iter::once(Fault::None)
-        .chain(spec.faults.iter().copied())
+        .chain((0..spec.cycles.max(1)).flat_map(|_| spec.faults.iter().copied()))
         .collect();
     let each = spec.duration / phases.len() as u32;
     // Warm up: connections, and the port's rate and RTT.
@@ -323,6 +408,32 @@ fn client_side(
     }
     let mut rows: Vec<Row> = Vec::new();
     let mut next_no = 5u64;
+    // The sampler: once a second until the phases are over.
+    let done = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let (done, handle) = (done.clone(), rt.handle().clone());
+        std::thread::Builder::new()
+            .name("chaos-sampler".into())
+            .spawn(move || {
+                let t0 = Instant::now();
+                let mut samples = Vec::new();
+                let mut next = Duration::ZERO;
+                while !done.load(Ordering::Relaxed) {
+                    if t0.elapsed() >= next {
+                        let (rss_kib, fds) = rss_and_fds();
+                        samples.push(Sample {
+                            t_s: t0.elapsed().as_secs_f64(),
+                            rss_kib,
+                            fds,
+                            tasks: handle.metrics().num_alive_tasks(),
+                        });
+                        next += Duration::from_secs(1);
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                samples
+            })?
+    };
     for fault in phases {
         if !spec.quiet {
             eprintln!("chaos: {} for {:?}", fault.name(), each);
@@ -330,10 +441,16 @@ fn client_side(
         let before = rss_and_fds();
         let stop = Arc::new(AtomicBool::new(false));
         let injector = {
-            let (tb, victim, client, stop) = (tb.clone(), victim.clone(), client.clone(), stop.clone());
+            let env = Env {
+                tb: tb.clone(),
+                victim: victim.clone(),
+                client: client.clone(),
+                target,
+            };
+            let stop = stop.clone();
             std::thread::Builder::new()
                 .name("chaos-fault".into())
-                .spawn(move || inject(fault, each, &tb, &victim, &client, &stop))?
+                .spawn(move || inject(fault, each, &env, &stop))?
         };
         let mut row = rt.block_on(phase(spec, &client, &policy, &pool, each, &mut next_no));
         stop.store(true, Ordering::Relaxed);
@@ -349,18 +466,17 @@ fn client_side(
             let addr = victim.start()?;
             client.add_server(ServerId(VICTIM as u32), addr);
         }
-        undone.map_err(std::io::Error::other)?;
+        row.attack = undone.map_err(std::io::Error::other)?;
         let after = rss_and_fds();
         row.fault = fault.name();
         row.rss_kib = (before.0, after.0);
         row.fds = (before.1, after.1);
-        if let Some(base) = rows.first() {
-            row.baseline_p50_ms = base.p50_ms;
-            row.baseline_p99_ms = base.p99_ms;
-        } else {
-            row.baseline_p50_ms = row.p50_ms;
-            row.baseline_p99_ms = row.p99_ms;
-        }
+        let (p50, p99, goodput) = rows.first().map_or((row.p50_ms, row.p99_ms, row.goodput_mbps), |b| {
+            (b.p50_ms, b.p99_ms, b.goodput_mbps)
+        });
+        row.baseline_p50_ms = p50;
+        row.baseline_p99_ms = p99;
+        row.goodput_of_baseline = row.goodput_mbps / goodput.max(f64::MIN_POSITIVE);
         if !spec.quiet {
             eprintln!(
                 "chaos: {}: {} of {} completed, {} corrupt, p99 {:.1} ms",
@@ -370,18 +486,27 @@ fn client_side(
         rows.push(row);
         std::thread::sleep(SETTLE);
     }
-    Ok(rows)
+    done.store(true, Ordering::Relaxed);
+    let samples = sampler
+        .join()
+        .map_err(|_| std::io::Error::other("the sampler thread panicked"))?;
+    Ok((rows, samples))
 }
 
-/// Applies `fault` for `phase` (or until `stop`); returns when the phase is over.
-fn inject(
-    fault: Fault,
-    phase: Duration,
-    tb: &Testbed,
-    victim: &Victim,
-    client: &Client,
-    stop: &AtomicBool,
-) -> Result<(), TestbedError> {
+/// What a fault acts on.
+struct Env {
+    tb: Arc<Testbed>,
+    victim: Arc<Victim>,
+    client: Arc<Client>,
+    /// Server [`TARGET`]'s address, for the floods.
+    target: SocketAddr,
+}
+
+/// Applies `fault` for `phase` (or until `stop`); returns when the phase is over, with how
+/// much the attack did ([`Row::attack`]). Runs on a thread of the client's namespace.
+fn inject(fault: Fault, phase: Duration, env: &Env, stop: &AtomicBool) -> Result<u64, TestbedError> {
+    let (tb, victim, client) = (&env.tb, &env.victim, &env.client);
+    let mut attack = 0u64;
     let start = Instant::now();
     let over = || stop.load(Ordering::Relaxed) || start.elapsed() >= phase;
     let sleep_until = |t: Duration| {
@@ -417,8 +542,79 @@ fn inject(
             let addr = victim.start().map_err(TestbedError::Io)?;
             client.add_server(ServerId(VICTIM as u32), addr);
         }
+        Fault::Flood => {
+            let mut held = Vec::with_capacity(FLOOD);
+            while !over() && held.len() < FLOOD {
+                match std::net::TcpStream::connect_timeout(&env.target, Duration::from_millis(500)) {
+                    Ok(c) => held.push(c),
+                    Err(_) => std::thread::sleep(Duration::from_millis(1)),
+                }
+            }
+            attack = held.len() as u64;
+            sleep_until(phase);
+        }
+        Fault::Slowloris => {
+            use std::io::Write as _;
+            let mut conns = Vec::with_capacity(SLOWLORIS);
+            while !over() && conns.len() < SLOWLORIS {
+                if let Ok(c) = std::net::TcpStream::connect_timeout(&env.target, Duration::from_millis(500)) {
+                    if c.set_nonblocking(true).is_ok() {
+                        conns.push(c);
+                    }
+                }
+            }
+            attack = conns.len() as u64;
+            // A valid request, one byte at a time on every connection.
+            let mut req = Vec::new();
+            incast_rpc::wire::encode_request(&mut req, 1, "b0-f0", 0, 4096, None);
+            let mut at = Duration::ZERO;
+            for i in 0.. {
+                if over() {
+                    break;
+                }
+                for c in &mut conns {
+                    let _ = c.write(&req[i % req.len()..][..1]);
+                }
+                at += SLOWLORIS_GAP;
+                sleep_until(at);
+            }
+        }
+        Fault::Garbage => {
+            use std::io::Write as _;
+            let mut rng = start.elapsed().as_nanos() as u64 | 1;
+            let mut buf = vec![0u8; 64 << 10];
+            while !over() {
+                let Ok(mut c) = std::net::TcpStream::connect_timeout(&env.target, Duration::from_millis(500)) else {
+                    std::thread::sleep(Duration::from_millis(1));
+                    continue;
+                };
+                let _ = c.set_write_timeout(Some(Duration::from_millis(100)));
+                for b in buf.chunks_mut(8) {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    b.copy_from_slice(&rng.to_le_bytes()[..b.len()]);
+                }
+                // The server closes the connection at the first bad header; then a new one.
+                while !over() {
+                    match c.write(&buf) {
+                        Ok(n) if n > 0 => attack += n as u64,
+                        _ => break,
+                    }
+                }
+            }
+        }
+        Fault::Liar(lie) => {
+            victim.kill();
+            let host = tb.hosts()[VICTIM].try_clone()?;
+            let liar = crate::liar::Liar::start(host, IpAddr::V4(host_addr(VICTIM)), lie)?;
+            client.add_server(ServerId(VICTIM as u32), liar.addr());
+            sleep_until(phase);
+            attack = liar.responses();
+            // Dropping it stops it; the phase's end restarts the real server.
+        }
     }
-    Ok(())
+    Ok(attack)
 }
 
 /// Reads back to back with `spec.concurrency` readers for `len`.
@@ -507,8 +703,17 @@ mod tests {
             ("freeze-deadline", Fault::FreezePastDeadline),
             ("kill", Fault::Kill),
             ("restart", Fault::Restart),
+            ("flood", Fault::Flood),
+            ("slowloris", Fault::Slowloris),
+            ("garbage", Fault::Garbage),
+            ("liar-crc", Fault::Liar(Lie::Crc)),
+            ("liar-short", Fault::Liar(Lie::Short)),
+            ("trickle", Fault::Liar(Lie::Trickle)),
         ] {
             assert_eq!(s.parse::<Fault>(), Ok(f), "{s}");
+            if !matches!(f, Fault::Freeze(_)) {
+                assert_eq!(f.name(), s);
+            }
         }
         assert_eq!(Fault::Loss(10).name(), "loss-0.1");
         assert_eq!(Fault::Freeze(Duration::from_secs(1)).name(), "freeze-1000ms");

@@ -35,6 +35,7 @@ macro_rules! outln {
 mod chaos;
 mod cpu;
 mod erasure;
+mod liar;
 mod netns;
 mod offload;
 mod output;
@@ -126,7 +127,8 @@ enum Command {
     /// restarted host), every completed block checked byte for byte; one JSON line per fault.
     #[command(after_help = "Examples:\n  \
         incast-bench chaos\n  \
-        incast-bench chaos --duration 120s --faults loss-0.1,loss-1,loss-5,freeze-100ms,freeze-1s,freeze-deadline,kill,restart --json chaos.jsonl")]
+        incast-bench chaos --duration 120s --faults loss-0.1,loss-1,loss-5,freeze-100ms,freeze-1s,freeze-deadline,kill,restart --json chaos.jsonl\n  \
+        incast-bench chaos --duration 600s --cycles 2 --samples soak.jsonl --json soak-faults.jsonl")]
     Chaos(ChaosArgs),
 }
 
@@ -136,11 +138,11 @@ struct ChaosArgs {
     #[arg(long, default_value = "90s", value_parser = parse_duration)]
     duration: Duration,
     /// Faults after the baseline, in order: loss-P (percent of frames, both ways), freeze-T,
-    /// freeze-deadline, kill, restart.
+    /// freeze-deadline, kill, restart, flood, slowloris, garbage, liar-crc, liar-short, trickle.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "loss-0.1,loss-1,loss-5,freeze-100ms,freeze-1s,freeze-deadline,kill,restart"
+        default_value = "loss-0.1,loss-1,loss-5,freeze-100ms,freeze-1s,freeze-deadline,kill,restart,flood,slowloris,garbage,liar-crc,liar-short,trickle"
     )]
     faults: Vec<chaos::Fault>,
     /// Server hosts, one fragment each (every fragment's replica is the next host).
@@ -155,9 +157,16 @@ struct ChaosArgs {
     /// Each read's deadline.
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     read_timeout: Duration,
+    /// Times the fault list runs after the baseline (a soak: `--duration 600s --cycles 2`).
+    #[arg(long, default_value_t = 1)]
+    cycles: u32,
     /// Write one JSON line per fault here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Write the once-a-second samples (resident memory, descriptors, live tasks) here, one
+    /// JSON line each.
+    #[arg(long)]
+    samples: Option<PathBuf>,
     /// No progress lines.
     #[arg(long)]
     quiet: bool,
@@ -184,9 +193,10 @@ fn run_chaos(a: &ChaosArgs) -> Result<(), CliError> {
         duration: a.duration,
         faults: a.faults.clone(),
         read_timeout: a.read_timeout,
+        cycles: a.cycles,
         quiet: a.quiet,
     };
-    let rows = chaos::run(&spec, tb)?;
+    let (rows, samples) = chaos::run(&spec, tb)?;
     outln!(
         "incast-bench chaos on the testbed: {config}; {} senders x {} KiB, {} readers, host {} is the victim, every fragment has a replica",
         a.senders,
@@ -239,6 +249,32 @@ fn run_chaos(a: &ChaosArgs) -> Result<(), CliError> {
         let mut out = String::new();
         for r in &rows {
             out.push_str(&serde_json::to_string(r).map_err(std::io::Error::other)?);
+            out.push('\n');
+        }
+        std::fs::write(p, out)?;
+        eprintln!("wrote {}", p.display());
+    }
+    if let (Some(first), Some(last)) = (samples.first(), samples.last()) {
+        let max = |f: fn(&chaos::Sample) -> u64| samples.iter().map(f).max().unwrap_or(0);
+        outln!(
+            "process over {:.0} s ({} samples): RSS {} -> {} MiB (max {}), descriptors {} -> {} (max {}), client tasks {} -> {} (max {})",
+            last.t_s,
+            samples.len(),
+            first.rss_kib >> 10,
+            last.rss_kib >> 10,
+            max(|s| s.rss_kib) >> 10,
+            first.fds,
+            last.fds,
+            max(|s| s.fds),
+            first.tasks,
+            last.tasks,
+            max(|s| s.tasks as u64)
+        );
+    }
+    if let Some(p) = &a.samples {
+        let mut out = String::new();
+        for s in &samples {
+            out.push_str(&serde_json::to_string(s).map_err(std::io::Error::other)?);
             out.push('\n');
         }
         std::fs::write(p, out)?;
