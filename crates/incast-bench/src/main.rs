@@ -35,6 +35,7 @@ macro_rules! outln {
 mod chaos;
 mod cpu;
 mod erasure;
+mod fuzz;
 mod liar;
 mod netns;
 mod offload;
@@ -130,6 +131,67 @@ enum Command {
         incast-bench chaos --duration 120s --faults loss-0.1,loss-1,loss-5,freeze-100ms,freeze-1s,freeze-deadline,kill,restart --json chaos.jsonl\n  \
         incast-bench chaos --duration 600s --cycles 2 --samples soak.jsonl --json soak-faults.jsonl")]
     Chaos(ChaosArgs),
+    /// Random and structure-aware mutated frames against the client's decoder and a live
+    /// server: panics, hangs and memory (not part of CI: a million frames take a while).
+    #[command(after_help = "Examples:\n  \
+        incast-bench fuzz\n  \
+        incast-bench fuzz --frames 5000000 --seed 7 --json fuzz.json")]
+    Fuzz(FuzzArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct FuzzArgs {
+    /// Frames, through the decoder and again against the server.
+    #[arg(long, default_value_t = 1_000_000)]
+    frames: u64,
+    /// The generator's seed (a run repeats exactly with the same seed).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Write the report here as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// No progress lines.
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn run_fuzz(a: &FuzzArgs) -> Result<(), CliError> {
+    if a.frames == 0 {
+        return Err(std::io::Error::other("--frames must be 1 or more").into());
+    }
+    let r = fuzz::run(a.frames, a.seed, a.quiet)?;
+    outln!(
+        "incast-bench fuzz: {} frames, seed {}\n  decoder: {} decoded, {} incomplete, {} refused, {} panics, {:.1} s\n  \
+         server: {} connections of {} frames, {} frames read by the server, {} connections closed for a protocol violation, {} answered, {} hangs, {:.1} s; a real read afterwards: {}\n  \
+         panics in the process: {}; resident memory {} -> {} -> {} MiB",
+        r.frames,
+        r.seed,
+        r.decoded,
+        r.incomplete,
+        r.refused,
+        r.decoder_panics,
+        r.decoder_s,
+        r.connections,
+        fuzz::BATCH,
+        r.reached,
+        r.protocol_errors,
+        r.answered,
+        r.hangs,
+        r.server_s,
+        if r.read_after_ok { "byte-exact" } else { "FAILED" },
+        r.panics,
+        r.rss_kib.0 >> 10,
+        r.rss_kib.1 >> 10,
+        r.rss_kib.2 >> 10
+    );
+    if let Some(p) = &a.json {
+        std::fs::write(p, serde_json::to_string(&r).map_err(std::io::Error::other)? + "\n")?;
+        eprintln!("wrote {}", p.display());
+    }
+    if r.panics + r.decoder_panics > 0 || r.hangs > 0 || !r.read_after_ok {
+        return Err(std::io::Error::other("fuzzing found a panic, a hang or a server that stopped serving").into());
+    }
+    Ok(())
 }
 
 #[derive(clap::Args, Debug)]
@@ -1076,6 +1138,7 @@ fn main() -> ExitCode {
         Command::Demo(a) => run_demo(a),
         Command::Erasure(a) => run_erasure(a),
         Command::Chaos(a) => run_chaos(a),
+        Command::Fuzz(a) => run_fuzz(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
