@@ -308,13 +308,7 @@ fn run_chaos(a: &ChaosArgs) -> Result<(), CliError> {
         );
     }
     if let Some(p) = &a.json {
-        let mut out = String::new();
-        for r in &rows {
-            out.push_str(&serde_json::to_string(r).map_err(std::io::Error::other)?);
-            out.push('\n');
-        }
-        std::fs::write(p, out)?;
-        eprintln!("wrote {}", p.display());
+        write_json_lines(p, &rows)?;
     }
     if let (Some(first), Some(last)) = (samples.first(), samples.last()) {
         let max = |f: fn(&chaos::Sample) -> u64| samples.iter().map(f).max().unwrap_or(0);
@@ -334,13 +328,7 @@ fn run_chaos(a: &ChaosArgs) -> Result<(), CliError> {
         );
     }
     if let Some(p) = &a.samples {
-        let mut out = String::new();
-        for s in &samples {
-            out.push_str(&serde_json::to_string(s).map_err(std::io::Error::other)?);
-            out.push('\n');
-        }
-        std::fs::write(p, out)?;
-        eprintln!("wrote {}", p.display());
+        write_json_lines(p, &samples)?;
     }
     let corrupt: u32 = rows.iter().map(|r| r.corrupt).sum();
     if corrupt > 0 {
@@ -395,6 +383,18 @@ fn parse_code(s: &str) -> Result<(usize, usize), String> {
     Ok((k, m))
 }
 
+/// Writes one JSON line per item to `path`, and says so.
+fn write_json_lines<T: serde::Serialize>(path: &std::path::Path, items: &[T]) -> Result<(), CliError> {
+    let mut out = String::new();
+    for item in items {
+        out.push_str(&serde_json::to_string(item).map_err(std::io::Error::other)?);
+        out.push('\n');
+    }
+    std::fs::write(path, out)?;
+    eprintln!("wrote {}", path.display());
+    Ok(())
+}
+
 fn run_erasure(a: &ErasureArgs) -> Result<(), CliError> {
     let hosts = a.codes.iter().map(|(k, m)| k + m).max().unwrap_or(1);
     let config = a.link.testbed(hosts);
@@ -447,13 +447,7 @@ fn run_erasure(a: &ErasureArgs) -> Result<(), CliError> {
         );
     }
     if let Some(p) = &a.json {
-        let mut out = String::new();
-        for r in &rows {
-            out.push_str(&serde_json::to_string(r).map_err(std::io::Error::other)?);
-            out.push('\n');
-        }
-        std::fs::write(p, out)?;
-        eprintln!("wrote {}", p.display());
+        write_json_lines(p, &rows)?;
     }
     Ok(())
 }

@@ -745,20 +745,7 @@ async fn write_responses<S: FragmentStore>(
                         .cancelled
                         .contains(&id)
                 };
-                let r = match open {
-                    None => respond(&mut wr, &mut buf, &cancelled, ctx, id, &key, offset, len).await,
-                    Some((limit, query)) => {
-                        let req = OpenReq {
-                            id,
-                            key: &key,
-                            offset,
-                            len,
-                            limit,
-                            query,
-                        };
-                        respond_open(&mut wr, &mut buf, &cancelled, ctx, req).await
-                    }
-                };
+                let r = respond_any(&mut wr, &mut buf, &cancelled, ctx, id, &key, offset, len, open).await;
                 let mut p = pending.lock().unwrap_or_else(|e| e.into_inner());
                 p.queued.remove(&id);
                 p.cancelled.remove(&id);
@@ -798,6 +785,35 @@ pub(crate) async fn respond<S: FragmentStore, W: Sink>(
         Err(e) => return store_error(wr, buf, ctx, id, e).await,
     };
     send_data(wr, buf, cancelled, ctx, id, data).await
+}
+
+/// Answers a request (`open: None`) or an open request (its size limit and query).
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn respond_any<S: FragmentStore, W: Sink>(
+    wr: &mut W,
+    buf: &mut Vec<u8>,
+    cancelled: &(dyn Fn() -> bool + Sync),
+    ctx: &Ctx<S>,
+    id: u64,
+    key: &str,
+    offset: u64,
+    len: u64,
+    open: Option<(u64, Option<Bytes>)>,
+) -> io::Result<()> {
+    match open {
+        None => respond(wr, buf, cancelled, ctx, id, key, offset, len).await,
+        Some((limit, query)) => {
+            let req = OpenReq {
+                id,
+                key,
+                offset,
+                len,
+                limit,
+                query,
+            };
+            respond_open(wr, buf, cancelled, ctx, req).await
+        }
+    }
 }
 
 /// An `OpenRequest`, decoded.

@@ -13,7 +13,7 @@ use tokio::sync::{watch, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
 
 use super::{transport_config, udp_socket, Knobs, QuicServerConfig, REQUEST_STREAM_WINDOW};
-use crate::server::{respond, respond_open, send, shutdown_signal, truncate, Ctx, OpenReq, Sink};
+use crate::server::{respond_any, send, shutdown_signal, truncate, Ctx, Sink};
 use crate::store::FragmentStore;
 use crate::wire::{ErrorCode, Frame, Header, Kind, TcpCounters, WireError, HEADER_LEN};
 
@@ -232,19 +232,9 @@ async fn stream<S: FragmentStore>(out: SendStream, mut recv: RecvStream, conn: C
             message: format!("request of {len} bytes exceeds this server's limit of {max}"),
         };
         send(&mut sink, &mut buf, error).await
-    } else if let Some((limit, query)) = open {
-        let req = OpenReq {
-            id,
-            key: &key,
-            offset,
-            len,
-            limit,
-            query,
-        };
-        respond_open(&mut sink, &mut buf, &|| false, ctx, req).await
     } else {
         // A cancel is the client's STOP_SENDING: the next write fails.
-        respond(&mut sink, &mut buf, &|| false, ctx, id, &key, offset, len).await
+        respond_any(&mut sink, &mut buf, &|| false, ctx, id, &key, offset, len, open).await
     };
     match result {
         Ok(()) => {
