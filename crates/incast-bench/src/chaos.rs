@@ -202,8 +202,11 @@ pub struct Sample {
     pub rss_kib: u64,
     /// Open descriptors.
     pub fds: u64,
-    /// Live tasks of the client's runtime.
+    /// Live tasks of the client's runtime (0: a read runs in the caller's task).
     pub tasks: usize,
+    /// Live tasks of the servers' runtime (every host but the victim): one per connection
+    /// and its halves, and the listeners.
+    pub server_tasks: usize,
 }
 
 /// The figures of one phase.
@@ -359,7 +362,10 @@ pub fn run(spec: &Spec, tb: Arc<Testbed>) -> std::io::Result<(Vec<Row>, Vec<Samp
     addrs.push((ServerId(VICTIM as u32), victim.start()?));
     let spec2 = spec.clone();
     let tb2 = tb.clone();
-    let rows = tb.client().run(move || client_side(&spec2, tb2, victim, addrs))??;
+    let servers_rt = main.runtime().cloned();
+    let rows = tb
+        .client()
+        .run(move || client_side(&spec2, tb2, victim, addrs, servers_rt))??;
     drop(main);
     Ok(rows)
 }
@@ -383,6 +389,7 @@ fn client_side(
     tb: Arc<Testbed>,
     victim: Arc<Victim>,
     addrs: Vec<(ServerId, SocketAddr)>,
+    servers_rt: Option<tokio::runtime::Handle>,
 ) -> std::io::Result<(Vec<Row>, Vec<Sample>)> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let cfg = ClientConfig::builder()
@@ -426,6 +433,7 @@ fn client_side(
                             rss_kib,
                             fds,
                             tasks: handle.metrics().num_alive_tasks(),
+                            server_tasks: servers_rt.as_ref().map_or(0, |h| h.metrics().num_alive_tasks()),
                         });
                         next += Duration::from_secs(1);
                     }

@@ -313,7 +313,7 @@ fn run_chaos(a: &ChaosArgs) -> Result<(), CliError> {
     if let (Some(first), Some(last)) = (samples.first(), samples.last()) {
         let max = |f: fn(&chaos::Sample) -> u64| samples.iter().map(f).max().unwrap_or(0);
         outln!(
-            "process over {:.0} s ({} samples): RSS {} -> {} MiB (max {}), descriptors {} -> {} (max {}), client tasks {} -> {} (max {})",
+            "process over {:.0} s ({} samples): RSS {} -> {} MiB (max {}), descriptors {} -> {} (max {}), client tasks {} -> {} (max {}), server tasks {} -> {} (max {})",
             last.t_s,
             samples.len(),
             first.rss_kib >> 10,
@@ -324,7 +324,10 @@ fn run_chaos(a: &ChaosArgs) -> Result<(), CliError> {
             max(|s| s.fds),
             first.tasks,
             last.tasks,
-            max(|s| s.tasks as u64)
+            max(|s| s.tasks as u64),
+            first.server_tasks,
+            last.server_tasks,
+            max(|s| s.server_tasks as u64)
         );
     }
     if let Some(p) = &a.samples {

@@ -34,9 +34,11 @@ pub struct ServerSet {
     tuning: Option<String>,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<std::io::Result<()>>>,
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 enum Started {
+    Runtime(tokio::runtime::Handle),
     Server(ServerId, SocketAddr, Option<String>),
     Bulk(SocketAddr),
 }
@@ -66,6 +68,7 @@ impl ServerSet {
         let cc = cc.to_owned();
         let body = move || -> std::io::Result<()> {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            let _ = addr_tx.send(Ok(Started::Runtime(rt.handle().clone())));
             rt.block_on(async move {
                 let enter = |h: usize| match &hosts[h % hosts.len()].0 {
                     Some(ns) => ns.enter(),
@@ -130,8 +133,10 @@ impl ServerSet {
         let mut tuning = None;
         // The sender lives as long as the servers, so receive exactly what was asked (or stop
         // early when the thread ended).
-        for r in addr_rx.iter().take(count + bulk) {
+        let mut runtime = None;
+        for r in addr_rx.iter().take(count + bulk + 1) {
             match r? {
+                Started::Runtime(h) => runtime = Some(h),
                 Started::Server(id, addr, t) => {
                     addrs.push((id, addr));
                     tuning = tuning.or(t);
@@ -152,7 +157,13 @@ impl ServerSet {
             tuning,
             stop: Some(stop_tx),
             thread: Some(thread),
+            runtime,
         })
+    }
+
+    /// The servers' runtime (one thread serves them all), for its task count.
+    pub fn runtime(&self) -> Option<&tokio::runtime::Handle> {
+        self.runtime.as_ref()
     }
 
     /// What the kernel did with the first server's socket options, as text.
