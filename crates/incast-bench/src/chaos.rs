@@ -19,6 +19,9 @@
 //! - `restart`: the victim is killed 200 ms into the phase and started again 500 ms later,
 //!   on a new port the client learns through [`Client::add_server`].
 //!
+//! `fault did` in the table (`attack` in the JSON) says what the fault did: frames the loss
+//! rules dropped, connections held, bytes of garbage, or responses the liar sent.
+//!
 //! Every fault ends with its phase (links up, loss off, the victim serving), and the next
 //! phase starts after a pause. Per phase: reads attempted, completed, failed (by error), the
 //! corrupt blocks (must be 0: every completed block is compared with what the servers hold),
@@ -244,8 +247,8 @@ pub struct Row {
     pub goodput_mbps: f64,
     /// `goodput_mbps` over the baseline's.
     pub goodput_of_baseline: f64,
-    /// What the fault did: connections held (flood, slowloris), bytes of garbage sent,
-    /// responses the liar sent.
+    /// What the fault did: frames dropped (loss), connections held (flood, slowloris), bytes
+    /// of garbage sent, responses the liar sent.
     pub attack: u64,
     /// Hedges issued.
     pub hedges: u64,
@@ -253,6 +256,8 @@ pub struct Row {
     pub retries: u64,
     /// Kernel RTOs the servers reported.
     pub kernel_rtos: u64,
+    /// Segments the servers' sockets retransmitted (TCP_INFO, sent with each response).
+    pub retransmits: u64,
     /// Resident memory of the process at the phase's start and end, KiB.
     pub rss_kib: (u64, u64),
     /// Open descriptors of the process at the phase's start and end.
@@ -468,13 +473,17 @@ fn client_side(
         // Undo whatever the fault left, even if injecting it failed half-way.
         tb.set_host_link(VICTIM, true).map_err(std::io::Error::other)?;
         if matches!(fault, Fault::Loss(_)) {
-            tb.set_loss(None).map_err(std::io::Error::other)?;
+            // The frames the loss rules dropped: evidence the loss was on the path.
+            row.attack = tb.set_loss(None).map_err(std::io::Error::other)?;
         }
         if !victim.alive() {
             let addr = victim.start()?;
             client.add_server(ServerId(VICTIM as u32), addr);
         }
-        row.attack = undone.map_err(std::io::Error::other)?;
+        let attack = undone.map_err(std::io::Error::other)?;
+        if !matches!(fault, Fault::Loss(_)) {
+            row.attack = attack;
+        }
         let after = rss_and_fds();
         row.fault = fault.name();
         row.rss_kib = (before.0, after.0);
@@ -524,7 +533,9 @@ fn inject(fault: Fault, phase: Duration, env: &Env, stop: &AtomicBool) -> Result
     };
     match fault {
         Fault::None => {}
-        Fault::Loss(p) => tb.set_loss(Some(p))?,
+        Fault::Loss(p) => {
+            tb.set_loss(Some(p))?;
+        }
         Fault::FreezePastDeadline => tb.set_host_link(VICTIM, false)?,
         Fault::Freeze(d) => {
             let mut at = Duration::from_millis(100);
@@ -662,6 +673,7 @@ async fn phase(
                     r.hedges += out.report.stats.hedges;
                     r.retries += out.report.stats.retries;
                     r.kernel_rtos += out.report.kernel_rtos;
+                    r.retransmits += out.report.retransmits;
                     let moved = out
                         .report
                         .fragments

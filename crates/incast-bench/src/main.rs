@@ -267,7 +267,7 @@ fn run_chaos(a: &ChaosArgs) -> Result<(), CliError> {
         chaos::VICTIM
     );
     outln!(
-        "{:<16} {:>6} {:>6} {:>6} {:>7} {:>8} {:>8} {:>8} {:>9} {:>7} {:>7} {:>6} {:>11} {:>9}  failed by",
+        "{:<16} {:>6} {:>6} {:>6} {:>7} {:>8} {:>8} {:>8} {:>9} {:>7} {:>7} {:>6} {:>11} {:>9} {:>12}  failed by",
         "fault",
         "reads",
         "done",
@@ -281,11 +281,12 @@ fn run_chaos(a: &ChaosArgs) -> Result<(), CliError> {
         "retries",
         "RTOs",
         "RSS MiB",
-        "fds"
+        "fds",
+        "fault did"
     );
     for r in &rows {
         outln!(
-            "{:<16} {:>6} {:>6} {:>6} {:>7} {:>8.1} {:>8.1} {:>8.1} {:>9} {:>7} {:>7} {:>6} {:>11} {:>9}  {}",
+            "{:<16} {:>6} {:>6} {:>6} {:>7} {:>8.1} {:>8.1} {:>8.1} {:>9} {:>7} {:>7} {:>6} {:>11} {:>9} {:>12}  {}",
             r.fault,
             r.attempted,
             r.completed,
@@ -300,6 +301,7 @@ fn run_chaos(a: &ChaosArgs) -> Result<(), CliError> {
             r.kernel_rtos,
             format!("{}->{}", r.rss_kib.0 >> 10, r.rss_kib.1 >> 10),
             format!("{}->{}", r.fds.0, r.fds.1),
+            r.attack,
             r.failed_by
                 .iter()
                 .map(|(k, v)| format!("{k}: {v}"))

@@ -97,6 +97,16 @@ const CLIENT_IF: &str = "incast-c";
 /// The shaped switch port toward the client.
 pub const SWITCH_CLIENT_PORT: &str = "incast-swc";
 const BRIDGE: &str = "incast-br";
+/// The packets of every `counter packets N bytes M` in an `nft list` output.
+fn counted_packets(listing: &str) -> u64 {
+    let words: Vec<&str> = listing.split_whitespace().collect();
+    words
+        .windows(3)
+        .filter(|w| w[0] == "counter" && w[1] == "packets")
+        .filter_map(|w| w[2].parse::<u64>().ok())
+        .sum()
+}
+
 /// The nftables table of [`Testbed::set_loss`].
 const LOSS_TABLE: &str = "incast_loss";
 
@@ -386,7 +396,10 @@ impl Testbed {
     /// ACKs from it). Ingress drops are real losses to the TCP at either end; a drop at an
     /// output hook would be reported to the local TCP and hide the loss. Needs `nft`
     /// (Debian package `nftables`); netem is not compiled into this kernel.
-    pub fn set_loss(&self, per_10k: Option<u32>) -> Result<(), TestbedError> {
+    ///
+    /// Returns the frames the rules it replaces had dropped (both directions), so the caller
+    /// can check the loss was really on the path.
+    pub fn set_loss(&self, per_10k: Option<u32>) -> Result<u64, TestbedError> {
         if !["/usr/sbin", "/sbin", "/usr/bin", "/bin"]
             .iter()
             .any(|d| std::path::Path::new(d).join("nft").exists())
@@ -396,17 +409,21 @@ impl Testbed {
                 package: "nftables",
             });
         }
+        let mut dropped = 0;
         for (ns, dev) in [(&self.client, CLIENT_IF), (&self.switch, SWITCH_CLIENT_PORT)] {
-            // Deleting a table that is not there fails; that is the state wanted.
+            // Listing or deleting a table that is not there fails; that is the state wanted.
+            if let Ok(listing) = ns.command("nft", &["list", "table", "netdev", LOSS_TABLE]) {
+                dropped += counted_packets(&listing);
+            }
             let _ = ns.command("nft", &["delete", "table", "netdev", LOSS_TABLE]);
             if let Some(p) = per_10k.filter(|&p| p > 0) {
                 let rules = format!(
-                    "table netdev {LOSS_TABLE} {{\n  chain lossy {{\n    type filter hook ingress device \"{dev}\" priority 0;\n    numgen random mod 10000 < {p} drop\n  }}\n}}\n"
+                    "table netdev {LOSS_TABLE} {{\n  chain lossy {{\n    type filter hook ingress device \"{dev}\" priority 0;\n    numgen random mod 10000 < {p} counter drop\n  }}\n}}\n"
                 );
                 ns.with_input("nft", &["-f", "-"], &rules)?;
             }
         }
-        Ok(())
+        Ok(dropped)
     }
 
     /// Address, sysctls and links of one end (the client or a host).
@@ -669,6 +686,13 @@ mod tests {
             }
         );
         assert_eq!(parse_qdisc_stats("garbage"), QdiscStats::default());
+    }
+
+    #[test]
+    fn reads_nft_counters() {
+        let listing = "table netdev incast_loss {\n\tchain lossy {\n\t\ttype filter hook ingress device \"incast-c\" priority filter; policy accept;\n\t\tnumgen random mod 10000 < 100 counter packets 42 bytes 6300 drop\n\t}\n}\n";
+        assert_eq!(counted_packets(listing), 42);
+        assert_eq!(counted_packets(""), 0);
     }
 
     #[test]
