@@ -776,15 +776,10 @@ pub(crate) async fn respond<S: FragmentStore, W: Sink>(
         ctx.stats.cancelled.fetch_add(1, Ordering::Relaxed);
         return send(wr, buf, end_frame(id, None, true, wr)).await;
     }
-    let data = match ctx.store.read(key, offset, len).await {
-        Ok(d) if d.len() as u64 == len => d,
-        Ok(d) => {
-            let message = format!("store returned {} of {len} bytes of `{key}`", d.len());
-            return refuse_request(wr, buf, ctx, id, ErrorCode::Internal, message).await;
-        }
-        Err(e) => return store_error(wr, buf, ctx, id, e).await,
-    };
-    send_data(wr, buf, cancelled, ctx, id, data).await
+    match read_exact(ctx, key, offset, len).await {
+        Ok(data) => send_data(wr, buf, cancelled, ctx, id, data).await,
+        Err((code, message)) => refuse_request(wr, buf, ctx, id, code, message).await,
+    }
 }
 
 /// Answers a request (`open: None`) or an open request (its size limit and query).
@@ -869,13 +864,9 @@ pub(crate) async fn respond_open<S: FragmentStore, W: Sink>(
     let n = end.saturating_sub(offset);
     let data = match answer {
         Some(a) if n > 0 => a.slice(offset as usize..end as usize),
-        None if n > 0 => match ctx.store.read(key, offset, n).await {
-            Ok(d) if d.len() as u64 == n => d,
-            Ok(d) => {
-                let message = format!("store returned {} of {n} bytes of `{key}`", d.len());
-                return refuse_request(wr, buf, ctx, id, ErrorCode::Internal, message).await;
-            }
-            Err(e) => return store_error(wr, buf, ctx, id, e).await,
+        None if n > 0 => match read_exact(ctx, key, offset, n).await {
+            Ok(d) => d,
+            Err((code, message)) => return refuse_request(wr, buf, ctx, id, code, message).await,
         },
         _ => Bytes::new(),
     };
@@ -926,6 +917,36 @@ async fn refuse_request<S: FragmentStore, W: Sink>(
     send(wr, buf, Frame::Error { id, code, message }).await
 }
 
+/// The wire code of a store error.
+fn code_of(e: &StoreError) -> ErrorCode {
+    match e {
+        StoreError::NotFound { .. } => ErrorCode::NotFound,
+        StoreError::OutOfRange { .. } => ErrorCode::OutOfRange,
+        StoreError::BadKey { .. } => ErrorCode::BadRequest,
+        StoreError::TooLarge { .. } => ErrorCode::TooLarge,
+        StoreError::Unsupported { .. } => ErrorCode::Unsupported,
+        _ => ErrorCode::Internal,
+    }
+}
+
+/// Exactly `len` bytes of `key` from `offset`, or the refusal to send instead: a store that
+/// returns another length is an internal error, never a short response.
+async fn read_exact<S: FragmentStore>(
+    ctx: &Ctx<S>,
+    key: &str,
+    offset: u64,
+    len: u64,
+) -> Result<Bytes, (ErrorCode, String)> {
+    match ctx.store.read(key, offset, len).await {
+        Ok(d) if d.len() as u64 == len => Ok(d),
+        Ok(d) => Err((
+            ErrorCode::Internal,
+            format!("store returned {} of {len} bytes of `{key}`", d.len()),
+        )),
+        Err(e) => Err((code_of(&e), e.to_string())),
+    }
+}
+
 /// Refuses request `id` with the code of a store error.
 async fn store_error<S: FragmentStore, W: Sink>(
     wr: &mut W,
@@ -934,15 +955,7 @@ async fn store_error<S: FragmentStore, W: Sink>(
     id: u64,
     e: StoreError,
 ) -> io::Result<()> {
-    let code = match &e {
-        StoreError::NotFound { .. } => ErrorCode::NotFound,
-        StoreError::OutOfRange { .. } => ErrorCode::OutOfRange,
-        StoreError::BadKey { .. } => ErrorCode::BadRequest,
-        StoreError::TooLarge { .. } => ErrorCode::TooLarge,
-        StoreError::Unsupported { .. } => ErrorCode::Unsupported,
-        _ => ErrorCode::Internal,
-    };
-    refuse_request(wr, buf, ctx, id, code, e.to_string()).await
+    refuse_request(wr, buf, ctx, id, code_of(&e), e.to_string()).await
 }
 
 /// Sends `data` as the response to request `id`: data frames, then an `End`.

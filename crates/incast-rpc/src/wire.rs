@@ -559,23 +559,11 @@ impl Frame {
                         payload: p.len(),
                     });
                 }
-                if len > MAX_REQUEST_LEN || offset.checked_add(len).is_none() {
-                    return Err(WireError::RequestTooLarge {
-                        offset,
-                        len,
-                        max: MAX_REQUEST_LEN,
-                    });
-                }
+                check_range(offset, len)?;
                 let key_end = REQUEST_FIXED + key_len;
                 let key =
                     std::str::from_utf8(&p[REQUEST_FIXED..key_end]).map_err(|_| WireError::Utf8 { field: "key" })?;
-                let pace = match paced {
-                    false => None,
-                    true => match u64::from_be_bytes(p[key_end..].try_into().expect("bounded")) {
-                        0 => return Err(WireError::ZeroPace),
-                        r => Some(r),
-                    },
-                };
+                let pace = pace_at(p, key_end, paced)?;
                 Frame::Request {
                     id,
                     key: key.to_owned(),
@@ -599,23 +587,11 @@ impl Frame {
                         payload: p.len(),
                     });
                 }
-                if len > MAX_REQUEST_LEN || offset.checked_add(len).is_none() {
-                    return Err(WireError::RequestTooLarge {
-                        offset,
-                        len,
-                        max: MAX_REQUEST_LEN,
-                    });
-                }
+                check_range(offset, len)?;
                 let key_end = OPEN_FIXED + key_len;
                 let key = std::str::from_utf8(&p[OPEN_FIXED..key_end]).map_err(|_| WireError::Utf8 { field: "key" })?;
                 let query_end = key_end + query_len;
-                let pace = match paced {
-                    false => None,
-                    true => match u(query_end) {
-                        0 => return Err(WireError::ZeroPace),
-                        r => Some(r),
-                    },
-                };
+                let pace = pace_at(p, query_end, paced)?;
                 Frame::OpenRequest {
                     id,
                     key: key.to_owned(),
@@ -688,6 +664,29 @@ pub fn encode_request(out: &mut Vec<u8>, id: u64, key: &str, offset: u64, len: u
     out.extend_from_slice(key.as_bytes());
     if let Some(r) = pace {
         out.put_u64(r);
+    }
+}
+
+/// A request's range: at most [`MAX_REQUEST_LEN`] bytes, and `offset + len` fits 64 bits.
+fn check_range(offset: u64, len: u64) -> Result<(), WireError> {
+    if len > MAX_REQUEST_LEN || offset.checked_add(len).is_none() {
+        return Err(WireError::RequestTooLarge {
+            offset,
+            len,
+            max: MAX_REQUEST_LEN,
+        });
+    }
+    Ok(())
+}
+
+/// A request's pacing rate at `at` of a length-checked payload, if flagged (never 0).
+fn pace_at(p: &[u8], at: usize, paced: bool) -> Result<Option<u64>, WireError> {
+    if !paced {
+        return Ok(None);
+    }
+    match u64::from_be_bytes(p[at..at + PACE_LEN].try_into().expect("bounded")) {
+        0 => Err(WireError::ZeroPace),
+        r => Ok(Some(r)),
     }
 }
 
