@@ -13,7 +13,9 @@
 //! - [`client`]: the pooled [`Client`] and its [`Client::fan_in_read`];
 //! - `quic` (cargo feature `quic`): the same requests over QUIC streams (quinn), as
 //!   [`Transport::Quic`] or as the path hedges take with `Transport::TcpWithQuicFallback`,
-//!   with TLS from a generated self-signed certificate (tests, demos) or PEM files.
+//!   with TLS from a generated self-signed certificate (tests, demos) or PEM files;
+//! - `tls` (cargo feature `tls`, brought by `quic`): TLS 1.3 over TCP, and mutual TLS on both
+//!   transports. Plaintext TCP stays the default, for trusted networks.
 //!
 //! See the project's DESIGN.md.
 #![deny(unsafe_code)]
@@ -36,6 +38,8 @@ pub mod store;
 mod sys;
 pub mod tcpinfo;
 pub mod timer;
+#[cfg(feature = "tls")]
+pub mod tls;
 mod trace;
 pub mod tune;
 pub mod wire;

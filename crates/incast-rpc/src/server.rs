@@ -23,12 +23,13 @@
 use std::collections::HashSet;
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, Semaphore};
@@ -93,6 +94,8 @@ pub struct ServerConfig {
     answer_ttl: Duration,
     #[cfg(feature = "quic")]
     quic: Option<crate::quic::QuicServerConfig>,
+    #[cfg(feature = "tls")]
+    tls: Option<crate::tls::TlsServerConfig>,
 }
 
 impl Default for ServerConfig {
@@ -167,6 +170,8 @@ impl Default for ServerConfigBuilder {
                 answer_ttl: DEFAULT_ANSWER_TTL,
                 #[cfg(feature = "quic")]
                 quic: None,
+                #[cfg(feature = "tls")]
+                tls: None,
             },
         }
     }
@@ -240,6 +245,15 @@ impl ServerConfigBuilder {
         self.cfg.quic = Some(q);
         self
     }
+    /// Serve TCP over TLS 1.3 (feature `tls`), mutual when the configuration requires client
+    /// certificates ([`crate::tls`]). The TCP port then speaks nothing else: a plaintext
+    /// client's bytes fail the handshake. The handshake must end within
+    /// [`ServerConfigBuilder::frame_timeout`]. Default off: plaintext, for trusted networks.
+    #[cfg(feature = "tls")]
+    pub fn tls(mut self, t: crate::tls::TlsServerConfig) -> Self {
+        self.cfg.tls = Some(t);
+        self
+    }
     /// Checks every field.
     pub fn build(self) -> Result<ServerConfig, ServerConfigError> {
         let c = &self.cfg;
@@ -290,6 +304,9 @@ pub struct ServerStats {
     pub bytes: AtomicU64,
     /// Socket options the kernel refused (see [`ServerHandle::tuning_report`]).
     pub tuning_refusals: AtomicU64,
+    /// TCP connections whose TLS handshake failed or did not end within the frame timeout
+    /// (a client without an accepted certificate, a plaintext client, a slow handshake).
+    pub tls_refused: AtomicU64,
 }
 
 /// A running server. Dropping the handle detaches the server: it keeps serving until the
@@ -457,6 +474,17 @@ impl Sink for OwnedWriteHalf {
     }
 }
 
+/// A [`Sink`] over a TCP socket (plaintext or TLS), whose socket options a response may set.
+pub(crate) trait TcpSink: Sink {
+    fn socket(&self) -> BorrowedFd<'_>;
+}
+
+impl TcpSink for OwnedWriteHalf {
+    fn socket(&self) -> BorrowedFd<'_> {
+        self.as_ref().as_fd()
+    }
+}
+
 /// Resolves when the server is told to shut down. Never resolves once the handle was dropped
 /// without a shutdown: the server is detached and keeps serving. Cancel-safe, for `select!`.
 pub(crate) async fn shutdown_signal(rx: &mut watch::Receiver<bool>) {
@@ -549,17 +577,43 @@ async fn connection<S: FragmentStore>(stream: TcpStream, ctx: Arc<Ctx<S>>, shutd
             .fetch_add(report.refused.len() as u64, Ordering::Relaxed);
         *ctx.tuning.lock().unwrap_or_else(|e| e.into_inner()) = Some(report.to_string());
     }
+    #[cfg(feature = "tls")]
+    if let Some(tls) = &ctx.cfg.tls {
+        match crate::tls::accept_tcp(stream, tls, ctx.cfg.frame_timeout).await {
+            Ok(stream) => {
+                // Fails only when the process is out of descriptors: the connection closes.
+                if let Ok((rd, wr)) = crate::tls::TlsWriter::split(stream) {
+                    serve_stream(rd, wr, &ctx, shutdown).await;
+                }
+            }
+            Err(refused) => {
+                ctx.stats.tls_refused.fetch_add(1, Ordering::Relaxed);
+                refused.linger().await;
+            }
+        }
+        return;
+    }
     let (rd, wr) = stream.into_split();
+    serve_stream(rd, wr, &ctx, shutdown).await;
+}
+
+/// Serves requests on one connection (plaintext or TLS) until it ends.
+async fn serve_stream<S: FragmentStore, R: AsyncRead + Unpin, W: TcpSink>(
+    rd: R,
+    wr: W,
+    ctx: &Ctx<S>,
+    shutdown: watch::Receiver<bool>,
+) {
     let pending = Arc::new(Mutex::new(Pending::default()));
     let (tx, rx) = mpsc::channel(ctx.cfg.max_outstanding);
     let reader = read_requests(rd, tx, pending.clone(), &ctx.cfg, shutdown);
-    let writer = write_responses(wr, rx, pending, &ctx);
+    let writer = write_responses(wr, rx, pending, ctx);
     tokio::join!(reader, writer);
 }
 
 /// Reads frames until EOF, an error, a protocol violation or shutdown.
-async fn read_requests(
-    mut rd: tokio::net::tcp::OwnedReadHalf,
+async fn read_requests<R: AsyncRead + Unpin>(
+    mut rd: R,
     tx: mpsc::Sender<Item>,
     pending: Arc<Mutex<Pending>>,
     cfg: &ServerConfig,
@@ -682,8 +736,8 @@ fn request_item(
     }
 }
 
-async fn write_responses<S: FragmentStore>(
-    mut wr: OwnedWriteHalf,
+async fn write_responses<S: FragmentStore, W: TcpSink>(
+    mut wr: W,
     mut rx: mpsc::Receiver<Item>,
     pending: Arc<Mutex<Pending>>,
     ctx: &Ctx<S>,
@@ -733,7 +787,7 @@ async fn write_responses<S: FragmentStore>(
                 let pace = pace.map(|r| r.max(MIN_PACE));
                 if pace != paced {
                     let rate = pace.or(ctx.cfg.tuning.max_pacing_rate).unwrap_or(u64::MAX);
-                    if crate::tune::set_max_pacing_rate(wr.as_ref(), rate).is_err() {
+                    if crate::tune::set_max_pacing_rate(&wr.socket(), rate).is_err() {
                         ctx.stats.tuning_refusals.fetch_add(1, Ordering::Relaxed);
                     }
                     paced = pace;
@@ -752,7 +806,8 @@ async fn write_responses<S: FragmentStore>(
                 r
             }
         };
-        if result.is_err() {
+        // Nothing for plaintext; TLS sends the records it still holds before waiting.
+        if result.is_err() || (rx.is_empty() && wr.flush().await.is_err()) {
             break;
         }
     }

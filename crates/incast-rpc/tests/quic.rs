@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use incast_core::{GrantSize, Hedging, Policy, RtoBounds, ServerId};
 use incast_rpc::quic::{
-    serve_quic, CertProblem, QuicClientConfig, QuicError, QuicServerConfig, SelfSigned, TlsIdentity, TlsTrust,
+    serve_quic, CertProblem, ClientCertRefusal, QuicClientConfig, QuicError, QuicServerConfig, SelfSigned, TlsIdentity,
+    TlsTrust,
 };
 use incast_rpc::store::{Delayed, MemStore};
 use incast_rpc::wire::{self, ErrorCode, Frame, Header, Kind, HEADER_LEN};
@@ -583,5 +584,61 @@ async fn quic_reads_fragments_of_unknown_length() {
     ));
     for s in servers {
         s.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quic_servers_that_require_client_certificates_refuse_clients_without_one() {
+    let server_cert = cert();
+    let client_cert = SelfSigned::generate(["reader.example"]).unwrap();
+    let store = MemStore::new();
+    store.insert("blk", object(0, 200_000));
+    let quic = QuicServerConfig::builder(server_cert.identity())
+        .client_certs(client_cert.trust().unwrap())
+        .build()
+        .unwrap();
+    let h = serve(
+        "127.0.0.1:0".parse().unwrap(),
+        store,
+        ServerConfig::builder().quic(quic).build().unwrap(),
+    )
+    .await
+    .unwrap();
+    let read = |identity: Option<TlsIdentity>| {
+        let mut q = QuicClientConfig::builder(server_cert.trust().unwrap());
+        if let Some(id) = identity {
+            q = q.identity(id);
+        }
+        let client = Client::with_config(
+            [(ServerId(0), h.local_addr())],
+            ClientConfig::builder()
+                .transport(Transport::Quic)
+                .read_timeout(Duration::from_secs(10))
+                .quic(q.build().unwrap())
+                .build()
+                .unwrap(),
+        );
+        async move { client.fan_in_read(&stripe_of(&[200_000]), &Policy::default()).await }
+    };
+    // With its certificate: byte-exact.
+    let out = read(Some(client_cert.identity())).await.unwrap();
+    assert!(out.block == object(0, 200_000));
+    // Without one, or with a stranger's: a typed refusal, at once.
+    let stranger = SelfSigned::generate(["reader.example"]).unwrap();
+    for (identity, want) in [
+        (None, ClientCertRefusal::Missing),
+        (Some(stranger.identity()), ClientCertRefusal::UnknownIssuer),
+    ] {
+        let start = Instant::now();
+        let err = read(identity).await.unwrap_err();
+        println!("{err}");
+        assert!(start.elapsed() < Duration::from_secs(3), "took {:?}", start.elapsed());
+        match err {
+            FanInError::Quic(QuicError::Refused { reason, server, .. }) => {
+                assert_eq!(server, ServerId(0));
+                assert_eq!(reason, want);
+            }
+            other => panic!("expected a refusal ({want:?}), got {other:?}"),
+        }
     }
 }

@@ -56,6 +56,8 @@ pub struct ClientConfig {
     pub(super) port_hint: Option<(u64, u64)>,
     #[cfg(feature = "quic")]
     pub(super) quic: Option<crate::quic::QuicClientConfig>,
+    #[cfg(feature = "tls")]
+    pub(super) tls: Option<crate::tls::TlsClientConfig>,
 }
 
 impl Default for ClientConfig {
@@ -132,6 +134,8 @@ impl Default for ClientConfigBuilder {
                 port_hint: None,
                 #[cfg(feature = "quic")]
                 quic: None,
+                #[cfg(feature = "tls")]
+                tls: None,
             },
         }
     }
@@ -204,6 +208,15 @@ impl ClientConfigBuilder {
     #[cfg(feature = "quic")]
     pub fn quic(mut self, q: crate::quic::QuicClientConfig) -> Self {
         self.cfg.quic = Some(q);
+        self
+    }
+    /// Open TCP connections with TLS 1.3 (feature `tls`; [`crate::tls`]): whom to trust, and
+    /// the certificate to present for mutual TLS. Every server must then serve TLS
+    /// ([`crate::ServerConfigBuilder::tls`]). Default off: plaintext, for trusted networks.
+    /// QUIC has its own settings ([`ClientConfigBuilder::quic`]).
+    #[cfg(feature = "tls")]
+    pub fn tls(mut self, t: crate::tls::TlsClientConfig) -> Self {
+        self.cfg.tls = Some(t);
         self
     }
     /// Checks every field.

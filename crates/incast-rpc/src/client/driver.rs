@@ -6,7 +6,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use incast_core::{Action, Delivery, GrantId, GrantKind, Lane, ServerId, Stripe};
@@ -20,6 +20,38 @@ use crate::port::ReadSched;
 use crate::timer::HrTimer;
 use crate::tune::{rearm_quickack, SocketTuning, TuningReport};
 use crate::wire::{self, ErrorCode, Frame, Header, Kind, TcpCounters, WireError, HEADER_LEN};
+
+#[cfg(feature = "tls")]
+use crate::tls::Session;
+
+/// Without the `tls` feature no connection has a TLS session.
+#[cfg(not(feature = "tls"))]
+#[derive(Debug)]
+enum Session {}
+
+#[cfg(not(feature = "tls"))]
+impl Session {
+    fn try_read(&mut self, _: &TcpStream, _: &mut [u8]) -> io::Result<usize> {
+        match *self {}
+    }
+    fn queue(&mut self, _: &[u8]) -> io::Result<()> {
+        match *self {}
+    }
+    fn try_flush(&mut self, _: &TcpStream) -> io::Result<()> {
+        match *self {}
+    }
+    fn is_idle(&self) -> bool {
+        match *self {}
+    }
+}
+
+/// Reads what `stream` has, through its TLS session if it has one.
+fn read_some(stream: &TcpStream, tls: &mut Option<Session>, buf: &mut [u8]) -> io::Result<usize> {
+    match tls {
+        Some(s) => s.try_read(stream, buf),
+        None => stream.try_read(buf),
+    }
+}
 
 /// Bytes read per `try_read` into the scratch buffer of a cancelled request.
 const SCRATCH: usize = 64 * 1024;
@@ -117,6 +149,8 @@ pub(super) struct Conn {
     addr: SocketAddr,
     lane: Lane,
     stream: Arc<TcpStream>,
+    /// The TLS session over `stream`, with a TLS client ([`crate::ClientConfigBuilder`]'s `tls`).
+    tls: Option<Session>,
     rx: Rx,
     inflight: VecDeque<Inflight>,
     out: Vec<u8>,
@@ -127,9 +161,19 @@ pub(super) struct Conn {
 }
 
 type Ready = Pin<Box<dyn Future<Output = usize> + Send>>;
+/// An open connection, its TLS session if it has one, and how its socket was tuned.
+type Opened = (TcpStream, Option<Session>, TuningReport);
 /// A connection being opened: its server, lane and address, and the outcome.
-type Connecting =
-    Pin<Box<dyn Future<Output = (ServerId, Lane, SocketAddr, io::Result<(TcpStream, TuningReport)>)> + Send>>;
+type Connecting = Pin<Box<dyn Future<Output = (ServerId, Lane, SocketAddr, Result<Opened, OpenError>)> + Send>>;
+
+/// Why a connection could not be opened.
+enum OpenError {
+    /// The grants waiting for it fail with this cause (and may be retried).
+    Failed(String),
+    /// The read cannot go on (a refused certificate).
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    Fatal(FanInError),
+}
 
 pub(super) struct Driver<'a> {
     client: &'a Client,
@@ -166,6 +210,8 @@ pub(super) struct Driver<'a> {
     /// Per fragment of unknown length, the last server that said it is too long (or
     /// announced a length over its maximum), and that length.
     too_large: HashMap<usize, (ServerId, Option<u64>)>,
+    /// An error that ends the read, found where it cannot be returned at once.
+    fatal: Option<FanInError>,
 }
 
 /// What a burst of reading on one connection ended with.
@@ -174,6 +220,8 @@ enum Outcome {
     Idle,
     /// The connection is unusable; the string says why.
     Broken(String),
+    /// The read cannot go on (a server refused this client's certificate).
+    Fatal(FanInError),
 }
 
 impl<'a> Driver<'a> {
@@ -216,6 +264,7 @@ impl<'a> Driver<'a> {
             #[cfg(feature = "quic")]
             fell_back: Default::default(),
             too_large: HashMap::new(),
+            fatal: None,
         }
     }
 
@@ -273,6 +322,9 @@ impl<'a> Driver<'a> {
                     waiting_on.dedup();
                     return Err(FanInError::Timeout { after: self.client.config.read_timeout, waiting_on });
                 }
+            }
+            if let Some(e) = self.fatal.take() {
+                return Err(e);
             }
         }
         if let Some(err) = self.sched.error() {
@@ -444,7 +496,7 @@ impl<'a> Driver<'a> {
         server: ServerId,
         lane: Lane,
         addr: SocketAddr,
-        result: io::Result<(TcpStream, TuningReport)>,
+        result: Result<Opened, OpenError>,
     ) {
         let waiting = self.pending.remove(&(server, lane)).unwrap_or_default();
         let now = Instant::now();
@@ -456,23 +508,29 @@ impl<'a> Driver<'a> {
                 }
                 return;
             }
-            Ok((stream, report)) => {
+            Ok((stream, tls, report)) => {
                 *self.client.last_tuning.lock().unwrap_or_else(|e| e.into_inner()) = Some(report.to_string());
-                stream
+                (stream, tls)
             }
-            Err(e) => {
+            Err(OpenError::Failed(why)) => {
                 for g in waiting {
-                    self.grant_failed(now, g.id, format!("connecting to {server} at {addr}: {e}"));
+                    self.grant_failed(now, g.id, why.clone());
                 }
                 return;
             }
+            Err(OpenError::Fatal(e)) => {
+                self.fatal = Some(e);
+                return;
+            }
         };
+        let (stream, tls) = stream;
         self.report.connects += 1;
         self.conns.push(Conn {
             server,
             addr,
             lane,
             stream: Arc::new(stream),
+            tls,
             rx: Rx::new(),
             inflight: VecDeque::new(),
             out: Vec::new(),
@@ -718,8 +776,18 @@ impl<'a> Driver<'a> {
         }
         let tuning = self.tuning.clone();
         let timeout = self.client.config.connect_timeout;
+        #[cfg(feature = "tls")]
+        let tls = self.client.config.tls.clone();
+        #[cfg(not(feature = "tls"))]
+        let tls: TlsSettings = None;
         self.connecting.push(Box::pin(async move {
-            let result = connect(addr, &tuning, timeout).await;
+            let result = tokio::time::timeout(timeout, connect(server, addr, &tuning, tls))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(OpenError::Failed(format!(
+                        "connecting to {server} at {addr}: no answer within {timeout:?}"
+                    )))
+                });
             (server, lane, addr, result)
         }));
         self.pending.insert((server, lane), Vec::new());
@@ -732,6 +800,17 @@ impl<'a> Driver<'a> {
         let c = &mut self.conns[i];
         if c.out.is_empty() || c.broken {
             return;
+        }
+        if let Some(tls) = &mut c.tls {
+            let mut sent = tls.queue(&c.out);
+            c.out.clear();
+            loop {
+                match sent.and_then(|()| tls.try_flush(&c.stream)) {
+                    Ok(()) => return,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => sent = c.stream.writable().await,
+                    Err(e) => return self.break_conn(i, format!("writing to {}: {e}", self.conns[i].server)),
+                }
+            }
         }
         let mut written = 0;
         while written < c.out.len() {
@@ -769,21 +848,29 @@ impl<'a> Driver<'a> {
             if c.broken || c.inflight.is_empty() {
                 continue;
             }
-            if let Outcome::Broken(why) = self.read_conn(i) {
-                self.break_conn(i, why);
-            }
+            self.after_read(i, false);
         }
     }
 
     fn on_readable(&mut self, i: usize) {
+        self.after_read(i, true);
+    }
+
+    /// Reads connection `i` and acts on how it ended; `rewatch`: watch it again if idle.
+    fn after_read(&mut self, i: usize, rewatch: bool) {
         match self.read_conn(i) {
-            Outcome::Idle => {
+            Outcome::Idle if rewatch => {
                 if self.client.config.rearm_quickack && rearm_quickack(self.conns[i].stream.as_ref()).is_err() {
                     self.report.quickack_errors += 1;
                 }
                 self.watch(i);
             }
+            Outcome::Idle => {}
             Outcome::Broken(why) => self.break_conn(i, why),
+            Outcome::Fatal(e) => {
+                self.break_conn(i, e.to_string());
+                self.fatal.get_or_insert(e);
+            }
         }
     }
 
@@ -793,12 +880,12 @@ impl<'a> Driver<'a> {
         loop {
             let c = &mut self.conns[i];
             let r = match &mut c.rx {
-                Rx::Header { buf, have } => c.stream.try_read(&mut buf[*have..]),
+                Rx::Header { buf, have } => read_some(&c.stream, &mut c.tls, &mut buf[*have..]),
                 Rx::Control { header, buf } => {
                     let have = buf.len();
                     let want = header.len as usize - have;
                     buf.resize(have + want, 0);
-                    let r = c.stream.try_read(&mut buf[have..]);
+                    let r = read_some(&c.stream, &mut c.tls, &mut buf[have..]);
                     buf.truncate(have + *r.as_ref().unwrap_or(&0));
                     r
                 }
@@ -818,11 +905,11 @@ impl<'a> Driver<'a> {
                     }
                     if f.grant.is_some() {
                         let at = f.block_offset + f.received;
-                        c.stream.try_read(self.dest.region(f.fragment, at, room))
+                        read_some(&c.stream, &mut c.tls, self.dest.region(f.fragment, at, room))
                     } else {
                         self.scratch.resize(SCRATCH, 0);
                         let n = room.min(SCRATCH);
-                        c.stream.try_read(&mut self.scratch[..n])
+                        read_some(&c.stream, &mut c.tls, &mut self.scratch[..n])
                     }
                 }
             };
@@ -830,7 +917,12 @@ impl<'a> Driver<'a> {
                 Ok(0) => return Outcome::Broken(format!("{server} closed the connection")),
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Outcome::Idle,
-                Err(e) => return Outcome::Broken(format!("reading from {server}: {e}")),
+                Err(e) => {
+                    return match refused(&e, server, self.conns[i].addr) {
+                        Some(fatal) => Outcome::Fatal(fatal),
+                        None => Outcome::Broken(format!("reading from {server}: {e}")),
+                    }
+                }
             };
             if let Err(why) = self.advance(i, n) {
                 return Outcome::Broken(why);
@@ -1084,7 +1176,7 @@ impl<'a> Driver<'a> {
     pub(super) fn release_connections(&mut self) {
         let mut idle = self.client.idle.lock().unwrap_or_else(|e| e.into_inner());
         for c in self.conns.drain(..) {
-            let clean = matches!(c.rx, Rx::Header { have: 0, .. });
+            let clean = matches!(c.rx, Rx::Header { have: 0, .. }) && c.tls.as_ref().is_none_or(Session::is_idle);
             // A server that left or moved during the read keeps no pooled connection.
             let member = self.client.addr_of(c.server) == Some(c.addr);
             if !c.broken && c.inflight.is_empty() && c.out.is_empty() && clean && member {
@@ -1096,16 +1188,48 @@ impl<'a> Driver<'a> {
     }
 }
 
-/// Opens a tuned connection: options that shape the window are set before the handshake.
-async fn connect(addr: SocketAddr, tuning: &SocketTuning, timeout: Duration) -> io::Result<(TcpStream, TuningReport)> {
+/// The read-ending error behind a failed read of a TLS connection: the server refused this
+/// client's certificate. `None` for anything else (and always without the `tls` feature).
+#[cfg_attr(not(feature = "tls"), allow(unused_variables))]
+fn refused(e: &io::Error, server: ServerId, addr: SocketAddr) -> Option<FanInError> {
+    #[cfg(feature = "tls")]
+    return crate::tls::failure_of_io(e, server, addr).map(FanInError::Tls);
+    #[cfg(not(feature = "tls"))]
+    None
+}
+
+/// The TLS settings a connection is opened with (none without the `tls` feature).
+#[cfg(feature = "tls")]
+type TlsSettings = Option<crate::tls::TlsClientConfig>;
+#[cfg(not(feature = "tls"))]
+type TlsSettings = Option<()>;
+
+/// Opens a tuned connection (options that shape the window are set before the handshake),
+/// and runs the TLS handshake on it when the client has TLS settings. The caller bounds the
+/// time.
+#[cfg_attr(not(feature = "tls"), allow(unused_variables))]
+async fn connect(
+    server: ServerId,
+    addr: SocketAddr,
+    tuning: &SocketTuning,
+    tls: TlsSettings,
+) -> Result<Opened, OpenError> {
+    let failed = |e: io::Error| OpenError::Failed(format!("connecting to {server} at {addr}: {e}"));
     let socket = if addr.is_ipv4() {
-        TcpSocket::new_v4()?
+        TcpSocket::new_v4()
     } else {
-        TcpSocket::new_v6()?
-    };
+        TcpSocket::new_v6()
+    }
+    .map_err(failed)?;
     let report = tuning.apply(&socket);
-    let stream = tokio::time::timeout(timeout, socket.connect(addr))
-        .await
-        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, format!("no answer within {timeout:?}")))??;
-    Ok((stream, report))
+    let stream = socket.connect(addr).await.map_err(failed)?;
+    #[cfg(feature = "tls")]
+    if let Some(cfg) = tls {
+        return match crate::tls::connect_tcp(stream, &cfg, server, addr).await {
+            Ok((stream, session)) => Ok((stream, Some(session), report)),
+            Err(e) if e.is_permanent() => Err(OpenError::Fatal(FanInError::Tls(e))),
+            Err(e) => Err(OpenError::Failed(e.to_string())),
+        };
+    }
+    Ok((stream, None, report))
 }

@@ -86,6 +86,12 @@ pub enum FanInError {
     #[cfg(feature = "quic")]
     #[error(transparent)]
     Quic(#[from] crate::quic::QuicError),
+    /// TLS over TCP refused a certificate: the client refused a server's, or a server refused
+    /// this client's (or its lack of one). These do not heal by retrying; a handshake that
+    /// failed otherwise is retried like a failed connect.
+    #[cfg(feature = "tls")]
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsFailure),
 }
 
 fn list(servers: &[ServerId]) -> String {

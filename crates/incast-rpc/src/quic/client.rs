@@ -19,7 +19,7 @@ use incast_core::{GrantId, Policy, ServerId};
 use quinn::{Connection, Endpoint, RecvStream};
 use tokio::sync::mpsc;
 
-use super::{transport_config, udp_socket, Knobs, QuicClientConfig, QuicError};
+use super::{transport_config, udp_socket, ClientCertRefusal, Knobs, QuicClientConfig, QuicError};
 use crate::client::{StreamEvent, StreamEventKind};
 use crate::wire::{self, Frame, Header, Kind, HEADER_LEN};
 
@@ -135,7 +135,7 @@ impl QuicClient {
 
     async fn connect(&self, server: ServerId, addr: SocketAddr, flow: Flow) -> Result<Connection, QuicError> {
         let endpoint = self.endpoint(addr)?;
-        let (tls, verifier) = self.cfg.trust.client_crypto()?;
+        let (tls, verifier) = self.cfg.trust.client_crypto(self.cfg.identity.as_ref())?;
         let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls)
             .map_err(|e| QuicError::Tls(super::TlsError::Config(e.to_string())))?;
         let mut cc = quinn::ClientConfig::new(Arc::new(crypto));
@@ -154,14 +154,15 @@ impl QuicClient {
             .map_err(|source| QuicError::Connect { server, addr, source })?;
         match tokio::time::timeout(self.connect_timeout, connecting).await {
             Ok(Ok(conn)) => Ok(conn),
-            Ok(Err(source)) => Err(match verifier.refused() {
-                Some(problem) => QuicError::Certificate {
+            Ok(Err(source)) => Err(match (verifier.refused(), refusal(&source)) {
+                (Some(problem), _) => QuicError::Certificate {
                     server,
                     addr,
                     name,
                     problem,
                 },
-                None => QuicError::Connection { server, addr, source },
+                (None, Some(reason)) => QuicError::Refused { server, addr, reason },
+                (None, None) => QuicError::Connection { server, addr, source },
             }),
             Err(_) => Err(QuicError::ConnectTimeout {
                 server,
@@ -242,6 +243,43 @@ async fn request(
             // Configuration and trust problems do not heal: end the read, typed.
             e => StreamEventKind::Fatal(crate::FanInError::Quic(e)),
         })?;
+    exchange(client, req, tx, &conn, &slot)
+        .await
+        .map_err(|kind| match kind {
+            // TLS 1.3 lets the client finish its handshake before the server judges its
+            // certificate: a refusal arrives as the connection's close, on the first stream.
+            StreamEventKind::Failed(_) => match conn.close_reason().as_ref().and_then(refusal) {
+                Some(reason) => StreamEventKind::Fatal(crate::FanInError::Quic(QuicError::Refused {
+                    server,
+                    addr: req.addr,
+                    reason,
+                })),
+                None => kind,
+            },
+            kind => kind,
+        })
+}
+
+/// The refusal of this client's certificate that closed a connection, if that is what it was:
+/// the server's TLS alert, carried in a QUIC crypto error (0x100 + alert).
+fn refusal(e: &quinn::ConnectionError) -> Option<ClientCertRefusal> {
+    let quinn::ConnectionError::ConnectionClosed(close) = e else {
+        return None;
+    };
+    let code = u64::from(close.error_code);
+    let alert = u8::try_from(code.checked_sub(0x100)?).ok()?;
+    ClientCertRefusal::of_alert_code(alert)
+}
+
+/// Sends one request on a new stream of `conn` and reads its response.
+async fn exchange(
+    client: &QuicClient,
+    req: &StreamRequest,
+    tx: &mpsc::Sender<StreamEvent>,
+    conn: &Connection,
+    slot: &Slot,
+) -> Result<(), StreamEventKind> {
+    let server = req.server;
     let open = slot.open.fetch_add(1, Ordering::Relaxed) + 1;
     let _open = Open(&slot.open);
     let start = Instant::now();

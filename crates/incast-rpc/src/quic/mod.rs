@@ -97,7 +97,6 @@
 
 mod client;
 mod server;
-mod tls;
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
@@ -109,7 +108,9 @@ use incast_core::ServerId;
 
 pub(crate) use client::{run_request, Flow, QuicClient, StreamRequest};
 pub(crate) use server::{spawn_server, ServerTask};
-pub use tls::{CertProblem, SelfSigned, TlsError, TlsIdentity, TlsTrust, ALPN};
+// The TLS types live in `crate::tls`, shared with TLS over TCP; re-exported where QUIC users
+// have always found them.
+pub use crate::tls::{CertProblem, ClientCertRefusal, SelfSigned, TlsError, TlsIdentity, TlsTrust, ALPN};
 
 /// Serves `store` over QUIC only (no TCP listener) on UDP `addr`; `config` must carry
 /// [`ServerConfigBuilder::quic`](crate::ServerConfigBuilder::quic) settings. [`crate::serve`]
@@ -169,6 +170,16 @@ pub enum QuicError {
         name: String,
         /// Why it was refused.
         problem: CertProblem,
+    },
+    /// The server refused this client in the handshake (mutual TLS).
+    #[error("{server} at {addr} refused this client over quic: {reason}")]
+    Refused {
+        /// The server.
+        server: ServerId,
+        /// Its address.
+        addr: SocketAddr,
+        /// Why, from the server's alert.
+        reason: ClientCertRefusal,
     },
     /// The TLS configuration could not be built.
     #[error("tls setup: {0}")]
@@ -281,6 +292,7 @@ fn check_buffer(field: &'static str, n: usize) -> Result<(), QuicConfigError> {
 #[derive(Clone, Debug)]
 pub struct QuicClientConfig {
     trust: TlsTrust,
+    identity: Option<TlsIdentity>,
     server_name: Option<String>,
     congestion: Congestion,
     max_ack_delay: Duration,
@@ -296,6 +308,7 @@ impl QuicClientConfig {
         QuicClientConfigBuilder {
             cfg: QuicClientConfig {
                 trust,
+                identity: None,
                 server_name: None,
                 congestion: Congestion::default(),
                 max_ack_delay: DEFAULT_MAX_ACK_DELAY,
@@ -314,6 +327,12 @@ pub struct QuicClientConfigBuilder {
 }
 
 impl QuicClientConfigBuilder {
+    /// The certificate and key the client presents to servers that require one (mutual TLS,
+    /// [`QuicServerConfigBuilder::client_certs`]). Default: none.
+    pub fn identity(mut self, identity: TlsIdentity) -> Self {
+        self.cfg.identity = Some(identity);
+        self
+    }
     /// The name every server's certificate is checked against. Default: the server's IP
     /// address, which its certificate must then list.
     pub fn server_name(mut self, name: impl Into<String>) -> Self {
@@ -389,6 +408,7 @@ impl QuicServerConfig {
     pub fn builder(identity: TlsIdentity) -> QuicServerConfigBuilder {
         QuicServerConfigBuilder {
             identity,
+            client_certs: None,
             tuning: ServerTuning {
                 max_gso_segments: DEFAULT_MAX_GSO_SEGMENTS,
                 congestion: Congestion::default(),
@@ -414,10 +434,18 @@ impl std::fmt::Debug for QuicServerConfig {
 #[derive(Debug)]
 pub struct QuicServerConfigBuilder {
     identity: TlsIdentity,
+    client_certs: Option<TlsTrust>,
     tuning: ServerTuning,
 }
 
 impl QuicServerConfigBuilder {
+    /// Require every client to present a certificate that chains to `trust` (mutual TLS); a
+    /// client without one fails its read with [`QuicError::Refused`]. Default: no client
+    /// certificates asked for.
+    pub fn client_certs(mut self, trust: TlsTrust) -> Self {
+        self.client_certs = Some(trust);
+        self
+    }
     /// Congestion controller for responses. Default [`Congestion::Cubic`].
     pub fn congestion(mut self, c: Congestion) -> Self {
         self.tuning.congestion = c;
@@ -479,7 +507,7 @@ impl QuicServerConfigBuilder {
             Duration::from_secs(3600),
             "100 ms..=1 h",
         )?;
-        let tls = self.identity.server_crypto()?;
+        let tls = self.identity.server_crypto(self.client_certs.as_ref())?;
         let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls)
             .map_err(|e| QuicServerConfigError::Tls(TlsError::Config(e.to_string())))?;
         Ok(QuicServerConfig {
