@@ -125,6 +125,8 @@ pub struct RunSpec {
     pub max_time: Duration,
     /// Trust and tuning for the QUIC strategies.
     pub quic: Option<QuicClientConfig>,
+    /// Trust and identity for the `tls` strategy.
+    pub tls: Option<incast_rpc::tls::TlsClientConfig>,
     /// Reads in flight at once, through one shared client.
     pub concurrency: usize,
     /// Bulk senders to stream from during the configuration (background flows).
@@ -343,6 +345,7 @@ pub async fn measure(
                 spec.read_timeout,
                 &spec.cc,
                 spec.quic.as_ref(),
+                spec.tls.as_ref(),
             )
             .map_err(plan_error)?;
         Reader::Library(Arc::new(Client::with_config(used.iter().copied(), config)), policy)

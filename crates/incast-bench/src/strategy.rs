@@ -16,9 +16,10 @@
 //! | `rto-route` | as naive; the servers' route gets `rto_min 1ms` (testbed only) | kernel defaults |
 //! | `quic` | `Policy::default()` | every request over QUIC (quinn): user-space loss recovery |
 //! | `fallback` | `Policy::default()` | TCP, hedges (and the rest of a stalled server's requests) over QUIC |
+//! | `tls` | `Policy::default()` | as default, over mutual TLS 1.3 (servers started here only: they serve TLS on a second set of ports) |
 //! | `blocking` | none: the reference client of [`crate::reference`], one thread per fragment | kernel defaults |
 //!
-//! Every strategy but `default`, `quic` and `fallback` schedules each read alone
+//! Every strategy but `default`, `tls`, `quic` and `fallback` schedules each read alone
 //! (`Sharing::PerRead`): the literature's mechanisms are per read, and `naive` must not be
 //! limited by a port budget.
 
@@ -30,6 +31,7 @@ use incast_core::policy::{GrantSize, Hedging, WindowCap, DEFAULT_HEDGE_FRACTION,
 use incast_core::receiver::ReceiverConfig;
 use incast_core::Policy;
 use incast_rpc::quic::QuicClientConfig;
+use incast_rpc::tls::TlsClientConfig;
 use incast_rpc::{ClientConfig, Sharing, SocketTuning, Transport};
 
 /// The per-route `rto_min` of the `rto-route` reference (1 ms, as in ../shared/TESTBED.md).
@@ -64,13 +66,15 @@ pub enum Strategy {
     Quic,
     /// The library's defaults over TCP, hedging over QUIC.
     Fallback,
+    /// The library's defaults over mutual TLS (TCP).
+    Tls,
     /// The reference blocking client (not the library): checks `naive`'s measurements.
     Blocking,
 }
 
 impl Strategy {
     /// Every strategy, in table order.
-    pub const ALL: [Strategy; 13] = [
+    pub const ALL: [Strategy; 14] = [
         Strategy::Naive,
         Strategy::Capped,
         Strategy::Scheduled,
@@ -83,6 +87,7 @@ impl Strategy {
         Strategy::RtoRoute,
         Strategy::Quic,
         Strategy::Fallback,
+        Strategy::Tls,
         Strategy::Blocking,
     ];
 
@@ -101,6 +106,7 @@ impl Strategy {
             Strategy::RtoRoute => "rto-route",
             Strategy::Quic => "quic",
             Strategy::Fallback => "fallback",
+            Strategy::Tls => "tls",
             Strategy::Blocking => "blocking",
         }
     }
@@ -108,6 +114,11 @@ impl Strategy {
     /// Whether it sends anything over QUIC (and so needs QUIC servers and trust).
     pub fn uses_quic(self) -> bool {
         matches!(self, Strategy::Quic | Strategy::Fallback)
+    }
+
+    /// Whether it reads over TLS (and so needs servers that serve it, and a client identity).
+    pub fn uses_tls(self) -> bool {
+        self == Strategy::Tls
     }
 
     /// Whether its reads are queries of unknown length ([`crate::run::as_queries`]).
@@ -123,7 +134,8 @@ impl Strategy {
     /// The policy and client configuration for `senders` servers behind a port that queues
     /// `buffer` bytes (used by `capped` only). Every strategy sets the congestion control
     /// `cc` on its sockets and nothing else beyond what the table says. The QUIC strategies
-    /// take their trust and tuning from `quic`; `None` for them is an error.
+    /// take their trust and tuning from `quic`, `tls` its trust and identity from `tls`;
+    /// `None` for them is an error.
     pub fn plan(
         self,
         senders: usize,
@@ -131,6 +143,7 @@ impl Strategy {
         read_timeout: Duration,
         cc: &str,
         quic: Option<&QuicClientConfig>,
+        tls: Option<&TlsClientConfig>,
     ) -> Result<(Policy, ClientConfig), String> {
         let plain = || {
             ClientConfig::builder()
@@ -172,6 +185,10 @@ impl Strategy {
                 let q = quic.ok_or_else(|| format!("strategy `{self}` needs quic settings (trust and tuning)"))?;
                 b = b.quic(q.clone());
             }
+            if self.uses_tls() {
+                let t = tls.ok_or_else(|| format!("strategy `{self}` needs tls settings (trust and identity)"))?;
+                b = b.tls(t.clone());
+            }
             b.build().map_err(|e| e.to_string())
         };
         Ok(match self {
@@ -193,7 +210,9 @@ impl Strategy {
                 })),
                 plain(),
             ),
-            Strategy::Default | Strategy::Unsized => (Policy::default(), defaults(Transport::Tcp, Sharing::Port)?),
+            Strategy::Default | Strategy::Unsized | Strategy::Tls => {
+                (Policy::default(), defaults(Transport::Tcp, Sharing::Port)?)
+            }
             Strategy::PerRead => (Policy::default(), defaults(Transport::Tcp, Sharing::PerRead)?),
             Strategy::Paced => (Policy::default(), defaults(Transport::Tcp, Sharing::Port)?),
             Strategy::Quic => (Policy::default(), defaults(Transport::Quic, Sharing::Port)?),
@@ -232,7 +251,7 @@ mod tests {
         }
         assert!("tcp".parse::<Strategy>().unwrap_err().contains("naive"));
         let t = Duration::from_secs(1);
-        let plan = |s: Strategy| s.plan(8, 32 << 10, t, "cubic", None);
+        let plan = |s: Strategy| s.plan(8, 32 << 10, t, "cubic", None, None);
         let (naive, _) = plan(Strategy::Naive).unwrap();
         let (capped, _) = plan(Strategy::Capped).unwrap();
         assert_eq!(naive.window_cap_bytes(), None);
@@ -250,11 +269,22 @@ mod tests {
         let (_, config) = plan(Strategy::Naive).unwrap();
         assert_eq!(config.sharing(), Sharing::PerRead);
         assert!(plan(Strategy::Quic).unwrap_err().contains("quic settings"));
+        assert!(plan(Strategy::Tls).unwrap_err().contains("tls settings"));
+        let (_, config) = plan(Strategy::Default).unwrap();
+        assert!(config.tls().is_none());
         let cert = incast_rpc::quic::SelfSigned::generate(["localhost"]).unwrap();
         let q = QuicClientConfig::builder(cert.trust().unwrap()).build().unwrap();
-        let (_, config) = Strategy::Quic.plan(8, 32 << 10, t, "cubic", Some(&q)).unwrap();
+        let tls = incast_rpc::tls::TlsClientConfig::builder(cert.trust().unwrap())
+            .build()
+            .unwrap();
+        let (_, config) = Strategy::Tls.plan(8, 32 << 10, t, "cubic", None, Some(&tls)).unwrap();
+        assert!(config.tls().is_some());
+        assert_eq!(config.sharing(), Sharing::Port);
+        let (_, config) = Strategy::Quic.plan(8, 32 << 10, t, "cubic", Some(&q), None).unwrap();
         assert_eq!(config.transport(), Transport::Quic);
-        let (_, config) = Strategy::Fallback.plan(8, 32 << 10, t, "cubic", Some(&q)).unwrap();
+        let (_, config) = Strategy::Fallback
+            .plan(8, 32 << 10, t, "cubic", Some(&q), None)
+            .unwrap();
         assert_eq!(config.transport(), Transport::TcpWithQuicFallback);
     }
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use incast_core::ServerId;
 use incast_rpc::quic::{Congestion, QuicClientConfig, QuicServerConfig, SelfSigned, TlsTrust};
+use incast_rpc::tls::{TlsClientConfig, TlsServerConfig};
 use incast_rpc::{ServerConfig, SocketTuning};
 
 use crate::output::{table_header, table_row};
@@ -286,24 +287,68 @@ pub fn run(spec: SweepSpec, network: Network) -> Result<SweepResult, SweepError>
         quic_client = Some(b.build().map_err(|e| invalid(&e))?);
     }
     let server_config = server_config.build().map_err(|e| invalid(&e))?;
+    // TLS: a second set of servers, serving mutual TLS on their own ports, with certificates
+    // made for this run (a server requiring TLS speaks nothing else).
+    let mut tls = None;
+    if spec.strategies.iter().any(|s| s.uses_tls()) {
+        if matches!(network, Network::Hosts(_)) {
+            return Err(SweepError::Invalid(
+                "strategy `tls` runs only with servers started here (--loopback or --testbed)".into(),
+            ));
+        }
+        let server_cert =
+            SelfSigned::generate(["localhost".to_owned(), Ipv4Addr::LOCALHOST.to_string()]).map_err(|e| invalid(&e))?;
+        let client_cert = SelfSigned::generate(["incast-bench"]).map_err(|e| invalid(&e))?;
+        let trust = |c: &SelfSigned| c.trust().map_err(|e| invalid(&e));
+        let server = TlsServerConfig::builder(server_cert.identity())
+            .client_certs(trust(&client_cert)?)
+            .build()
+            .map_err(|e| invalid(&e))?;
+        let client = TlsClientConfig::builder(trust(&server_cert)?)
+            .identity(client_cert.identity())
+            .server_name("localhost")
+            .build()
+            .map_err(|e| invalid(&e))?;
+        let config = ServerConfig::builder()
+            .tuning(SocketTuning {
+                congestion: Some(spec.cc.clone()),
+                ..SocketTuning::server()
+            })
+            .tls(server)
+            .build()
+            .map_err(|e| invalid(&e))?;
+        tls = Some((config, client));
+    }
     // Concurrent reads rotate over more servers than one read uses (see `run`).
     let pool = max_n.saturating_mul(max_r).min(max_n.max(MAX_POOL));
-    let start =
-        |hosts: crate::servers::Hosts| ServerSet::start(hosts, pool, spec.background, &spec.cc, server_config.clone());
-    let (servers, testbed, addrs) = match &network {
-        Network::Testbed(tb) => {
-            let hosts = tb
+    let hosts = || -> std::io::Result<crate::servers::Hosts> {
+        match &network {
+            Network::Testbed(tb) => tb
                 .hosts()
                 .iter()
                 .enumerate()
                 .map(|(h, ns)| Ok((Some(ns.try_clone()?), IpAddr::V4(host_addr(h)))))
-                .collect::<std::io::Result<Vec<_>>>()?;
-            let set = start(hosts)?;
+                .collect(),
+            _ => Ok(vec![(None, IpAddr::V4(Ipv4Addr::LOCALHOST))]),
+        }
+    };
+    let start = || ServerSet::start(hosts()?, pool, spec.background, &spec.cc, server_config.clone());
+    // The TLS servers (no bulk flows of their own) and the client's TLS settings.
+    let tls = match tls {
+        Some((config, client)) => {
+            let set = ServerSet::start(hosts()?, pool, 0, &spec.cc, config)?;
+            Some((set, client))
+        }
+        None => None,
+    };
+    let (servers, testbed, addrs) = match &network {
+        Network::Testbed(tb) => {
+            let set = start()?;
             let addrs = set.addrs().to_vec();
             (Some(set), Some(tb.clone()), addrs)
         }
         Network::Loopback => {
-            let set = start(vec![(None, IpAddr::V4(Ipv4Addr::LOCALHOST))])?;
+            let set = start()?;
             let addrs = set.addrs().to_vec();
             (Some(set), None, addrs)
         }
@@ -329,13 +374,26 @@ pub fn run(spec: SweepSpec, network: Network) -> Result<SweepResult, SweepError>
             eprintln!("warning: the servers' socket options were not all taken:\n{t}");
         }
     }
-    let body = move || client_side(spec, testbed, addrs, bulk, quic_client);
+    let secure = Secure {
+        quic: quic_client,
+        tls: tls.as_ref().map(|(set, client)| (set.addrs().to_vec(), client.clone())),
+    };
+    let body = move || client_side(spec, testbed, addrs, bulk, secure);
     let out = match &network {
         Network::Testbed(tb) => tb.client().run(body)?,
         _ => body(),
     };
     drop(servers);
+    drop(tls);
     out
+}
+
+/// What the encrypted strategies need on the client's side.
+struct Secure {
+    /// QUIC's trust and tuning (the servers serve QUIC on the same ports).
+    quic: Option<QuicClientConfig>,
+    /// The addresses of the servers that serve mutual TLS, and the client's TLS settings.
+    tls: Option<(Vec<(ServerId, SocketAddr)>, TlsClientConfig)>,
 }
 
 fn client_side(
@@ -343,8 +401,10 @@ fn client_side(
     testbed: Option<Arc<Testbed>>,
     addrs: Vec<(ServerId, SocketAddr)>,
     bulk: Vec<SocketAddr>,
-    quic: Option<QuicClientConfig>,
+    secure: Secure,
 ) -> Result<SweepResult, SweepError> {
+    let Secure { quic, tls } = secure;
+    let (tls_addrs, tls) = tls.unzip();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     // The `blocking` reference client reads one block at a time: it runs at concurrency 1 only.
     let runs = |r: usize| {
@@ -383,6 +443,7 @@ fn client_side(
         cc: spec.cc.clone(),
         max_time: spec.max_time,
         quic: quic.clone(),
+        tls: tls.clone(),
         concurrency,
         background: Vec::new(),
         batch: spec.batch,
@@ -431,7 +492,11 @@ fn client_side(
                         background: bulk.clone(),
                         ..base(st, n, layout, r)
                     };
-                    let mut m = match measure_one(&rt, &addrs, &run, testbed.as_deref(), |k| bar.inc(k)) {
+                    let servers = match &tls_addrs {
+                        Some(a) if st.uses_tls() => a,
+                        _ => &addrs,
+                    };
+                    let mut m = match measure_one(&rt, servers, &run, testbed.as_deref(), |k| bar.inc(k)) {
                         Ok(m) => m,
                         // A configuration the machine cannot set up (out of descriptors, a
                         // server that never answers) is a failed row, not the end of the sweep.

@@ -87,6 +87,11 @@ impl ClientConfig {
     pub fn receiver(&self) -> &ReceiverConfig {
         &self.receiver
     }
+    /// The TLS settings of TCP connections, if TLS is on (feature `tls`).
+    #[cfg(feature = "tls")]
+    pub fn tls(&self) -> Option<&crate::tls::TlsClientConfig> {
+        self.tls.as_ref()
+    }
 }
 
 /// Why a client configuration was refused.
