@@ -58,6 +58,13 @@
 //!   not delayed by another grant's transfer). Timing each grant from its own issue instead
 //!   fired a spurious hedge for most blocks on the testbed (queued grants wait for up to
 //!   D - 1 grants ahead of them, several RTOs).
+//! - **Progress is a segment, not a byte.** A grant progresses when [`MIN_PROGRESS_BYTES`]
+//!   more of its bytes have arrived since its last progress, or its last byte has. Counting
+//!   every byte let a server that trickles one byte per 200 ms (a fault `incast-bench chaos`
+//!   injects) hold its grants forever: each byte reset the timer and the backoff, so its
+//!   grants were never hedged nor escalated, and the reads waited for their deadline. A sender
+//!   that moves data delivers at least a segment per RTO; one that does not is stalled. (A
+//!   peer sending a segment per timeout still passes: this is a floor, not a rate check.)
 //! - **Failures**: a failed grant's range is retried on the next replica not yet failed; a
 //!   fragment with no such replica ends the read with [`ReadError::ServerFailed`] naming the
 //!   server, and every outstanding grant is cancelled. Bytes of a grant count only once the
@@ -372,6 +379,11 @@ pub struct SchedulerStats {
     pub escalations: u64,
 }
 
+/// Bytes of a grant that must arrive (or its last byte) before they count as progress and
+/// push back its stall timer (see the module docs: a trickle is not progress). One Ethernet
+/// TCP segment's payload.
+pub const MIN_PROGRESS_BYTES: u64 = 1448;
+
 /// Consecutive stalls without progress, with the hedge budget spent, after which a grant
 /// that has a replica left is failed over to it instead of waiting on (for example) a
 /// kernel RTO that keeps backing off.
@@ -498,6 +510,8 @@ struct Live {
     lane: Lane,
     len: u64,
     received: u64,
+    /// Bytes received since its last progress (below [`MIN_PROGRESS_BYTES`]).
+    unmarked: u64,
     issued_at: Instant,
     last_progress: Instant,
     timeout: Duration,
@@ -853,13 +867,17 @@ impl Scheduler {
             let c = conn_index(live.server, live.lane);
             let first = live.received == 0 && live.clean;
             let sample = now.saturating_duration_since(live.issued_at);
-            self.conn_progress[c] = Some(now);
             let live = self.slots[id.slot()].live.as_mut().expect("checked live");
             live.received += n;
-            live.last_progress = now;
+            live.unmarked += n;
             let f = live.frag as usize;
             self.outstanding -= n;
-            self.frags[f].backoff = 0;
+            if live.unmarked >= MIN_PROGRESS_BYTES || live.received == live.len {
+                live.unmarked = 0;
+                live.last_progress = now;
+                self.conn_progress[c] = Some(now);
+                self.frags[f].backoff = 0;
+            }
             if first {
                 self.rtt.on_sample(sample);
                 self.last_sample = Some(sample);
@@ -1406,6 +1424,7 @@ impl Scheduler {
             lane,
             len,
             received: 0,
+            unmarked: 0,
             issued_at: now,
             last_progress: now,
             timeout,
@@ -1892,6 +1911,77 @@ mod tests {
         assert!(s.is_complete());
         let st = s.stats();
         assert_eq!((st.hedges, st.hedges_won, st.hedges_spurious), (2, 1, 1));
+    }
+
+    #[test]
+    fn a_trickling_server_is_stalled_not_progressing() {
+        // One byte just before every timer: every byte used to count as progress, so the
+        // grant was never judged stalled and never left the server.
+        let stripe = Stripe::new(vec![
+            Fragment::new(ServerId(0), "k", 0, 20_000).with_replicas([ServerId(1)])
+        ])
+        .unwrap();
+        let p = Policy::builder()
+            .grant_size(GrantSize::Whole)
+            .hedging(Hedging::AfterRto {
+                budget_fraction: 0.0,
+                min_budget_bytes: 0,
+            })
+            .build()
+            .unwrap();
+        let mut s = Scheduler::new(&stripe, &p, 7);
+        let mut now = Instant::now();
+        let g = requests(&mut s, now).pop().unwrap();
+        assert_eq!(g.server, ServerId(0));
+        let mut moved = false;
+        for _ in 0..10 * ESCALATE_AFTER_STALLS {
+            let due = s.poll_timeout().unwrap();
+            if s.live(g.id).is_some() {
+                // A byte shortly before the timer fires.
+                now = due - Duration::from_micros(10);
+                assert!(matches!(s.on_bytes(now, g.id, 1), Ok(Delivery::Write { .. })));
+            }
+            now = due;
+            s.handle_timeout(now);
+            if std::iter::from_fn(|| s.poll_action(now))
+                .any(|a| matches!(a, Action::Request(r) if r.server == ServerId(1)))
+            {
+                moved = true;
+                break;
+            }
+        }
+        assert!(moved, "the trickled grant never moved to the replica");
+        assert_eq!(s.stats().escalations, 1);
+    }
+
+    #[test]
+    fn a_segment_is_progress() {
+        // The same, with a segment before every timer: the grant stays (it is slow, not stalled).
+        let stripe = Stripe::new(vec![
+            Fragment::new(ServerId(0), "k", 0, 60_000).with_replicas([ServerId(1)])
+        ])
+        .unwrap();
+        let p = Policy::builder()
+            .grant_size(GrantSize::Whole)
+            .hedging(Hedging::AfterRto {
+                budget_fraction: 0.0,
+                min_budget_bytes: 0,
+            })
+            .build()
+            .unwrap();
+        let mut s = Scheduler::new(&stripe, &p, 7);
+        let g = requests(&mut s, Instant::now()).pop().unwrap();
+        assert_eq!(g.len, 60_000);
+        let mut got = 0;
+        while got < g.len {
+            let now = s.poll_timeout().unwrap() - Duration::from_micros(10);
+            let n = MIN_PROGRESS_BYTES.min(g.len - got);
+            s.on_bytes(now, g.id, n).unwrap();
+            got += n;
+            s.handle_timeout(now);
+            assert_eq!(s.poll_action(now), None);
+        }
+        assert_eq!((s.stats().stalls, s.stats().escalations), (0, 0));
     }
 
     #[test]
