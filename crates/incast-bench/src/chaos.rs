@@ -225,6 +225,8 @@ pub struct Row {
     pub failed: u32,
     /// Failed reads by error kind.
     pub failed_by: BTreeMap<String, u32>,
+    /// The first error of each kind, in full (which servers a timed-out read waited on).
+    pub first_error: BTreeMap<String, String>,
     /// Completed blocks that differ from what the servers hold (must be 0).
     pub corrupt: u32,
     /// Latency of completed reads, ms.
@@ -688,6 +690,7 @@ async fn phase(
                 Err(e) => {
                     r.failed += 1;
                     *r.failed_by.entry(kind(&e)).or_default() += 1;
+                    r.first_error.entry(kind(&e)).or_insert_with(|| e.to_string());
                 }
             }
         }

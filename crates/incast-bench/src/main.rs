@@ -229,6 +229,10 @@ struct ChaosArgs {
     /// JSON line each.
     #[arg(long)]
     samples: Option<PathBuf>,
+    /// Plot the samples (resident memory, descriptors, live tasks over time, with the fault
+    /// phases marked) to this file, `.svg` or `.png`.
+    #[arg(long)]
+    plot: Option<PathBuf>,
     /// No progress lines.
     #[arg(long)]
     quiet: bool,
@@ -236,7 +240,48 @@ struct ChaosArgs {
     link: LinkArgs,
 }
 
+/// The soak's figure: resident memory, descriptors and tasks over time, phases marked.
+fn soak_scene(rows: &[chaos::Row], samples: &[chaos::Sample], duration: Duration) -> plot::Scene {
+    let series = |name: &str, f: &dyn Fn(&chaos::Sample) -> f64| {
+        (
+            name.to_owned(),
+            samples.iter().map(|s| (s.t_s, f(s))).collect::<Vec<_>>(),
+        )
+    };
+    let panels = [
+        plot::Panel {
+            label: "resident memory".into(),
+            y_label: "MiB".into(),
+            series: vec![series("RSS (MiB)", &|s| s.rss_kib as f64 / 1024.0)],
+        },
+        plot::Panel {
+            label: "open descriptors".into(),
+            y_label: "descriptors".into(),
+            series: vec![series("descriptors", &|s| s.fds as f64)],
+        },
+        plot::Panel {
+            label: "live tokio tasks".into(),
+            y_label: "tasks".into(),
+            series: vec![
+                series("client tasks", &|s| s.tasks as f64),
+                series("server tasks", &|s| s.server_tasks as f64),
+            ],
+        },
+    ];
+    // Phases split the run evenly (see `chaos::run`).
+    let phase = duration.as_secs_f64() / rows.len().max(1) as f64;
+    let marks: Vec<(f64, String)> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (i as f64 * phase, r.fault.clone()))
+        .collect();
+    plot::timeline(&panels, &marks, "incast-bench chaos: the process over the run")
+}
+
 fn run_chaos(a: &ChaosArgs) -> Result<(), CliError> {
+    if let Some(p) = &a.plot {
+        plot::check_format(p)?;
+    }
     if a.senders < 3 || a.concurrency == 0 || a.duration < Duration::from_secs(1) {
         return Err(std::io::Error::other(
             "chaos needs --senders 3 or more, --concurrency 1 or more and --duration 1s or more",
@@ -334,6 +379,9 @@ fn run_chaos(a: &ChaosArgs) -> Result<(), CliError> {
     }
     if let Some(p) = &a.samples {
         write_json_lines(p, &samples)?;
+    }
+    if let Some(p) = &a.plot {
+        plot::write_scene(p, &soak_scene(&rows, &samples, a.duration))?;
     }
     let corrupt: u32 = rows.iter().map(|r| r.corrupt).sum();
     if corrupt > 0 {

@@ -1,5 +1,6 @@
 //! Goodput versus senders, one line per strategy, one panel per block layout: the figure of
-//! the seeds (phanishayee-fast08 Fig. 2, vasudevan-sigcomm09 Fig. 1), as SVG or PNG.
+//! the seeds (phanishayee-fast08 Fig. 2, vasudevan-sigcomm09 Fig. 1), as SVG or PNG; and
+//! values over time ([`timeline`]): a soak's memory, descriptors and tasks.
 //!
 //! Drawn by hand rather than with a plotting crate: the figure is a few lines, dots and
 //! labels, and a plotting crate with a PNG backend would bring an image stack and system
@@ -462,18 +463,138 @@ fn glyph(c: char) -> [u8; 7] {
     }
 }
 
-/// Writes the plot; the format follows the extension (`.svg` or `.png`).
+/// One panel of a [`timeline`]: named series of (seconds, value) points.
+#[derive(Clone, Debug, Default)]
+pub struct Panel {
+    /// Title above the panel.
+    pub label: String,
+    /// Name of the y axis.
+    pub y_label: String,
+    /// Named series, drawn in the palette's order.
+    pub series: Vec<(String, Vec<(f64, f64)>)>,
+}
+
+/// Lays out values over time, one panel each, side by side, with a dashed mark (and its
+/// label) at each of `marks` (seconds): the soak's resident memory, descriptors and tasks
+/// across its fault phases.
+pub fn timeline(panels: &[Panel], marks: &[(f64, String)], title: &str) -> Scene {
+    let n = panels.len().max(1) as f64;
+    let width = n * (PANEL_W + MARGIN_L + MARGIN_R);
+    let height = PANEL_H + MARGIN_T + MARGIN_B + LEGEND_H + 20.0;
+    let mut out = Vec::new();
+    let line = |from, to, color, width, dashed| Shape::Line {
+        from,
+        to,
+        color,
+        width,
+        dashed,
+    };
+    let text = |at, t: String, align| Shape::Text {
+        at,
+        text: t,
+        align,
+        vertical: false,
+    };
+    out.push(text((width / 2.0, 18.0), title.to_owned(), 0));
+    let end = panels
+        .iter()
+        .flat_map(|p| p.series.iter().flat_map(|(_, v)| v.iter().map(|p| p.0)))
+        .fold(1.0, f64::max);
+    for (pi, panel) in panels.iter().enumerate() {
+        let x0 = pi as f64 * (PANEL_W + MARGIN_L + MARGIN_R) + MARGIN_L;
+        let (y0, x1, y1) = (MARGIN_T, x0 + PANEL_W, MARGIN_T + PANEL_H);
+        let top = panel
+            .series
+            .iter()
+            .flat_map(|(_, v)| v.iter().map(|p| p.1))
+            .fold(1.0, f64::max)
+            * 1.1;
+        let xs = |t: f64| x0 + t.clamp(0.0, end) / end * PANEL_W;
+        let ys = |v: f64| y1 - v.max(0.0) / top * PANEL_H;
+        for i in 0..=5 {
+            let v = top / 5.0 * f64::from(i);
+            out.push(line((x0, ys(v)), (x1, ys(v)), "#dddddd", 1.0, false));
+            out.push(text((x0 - 6.0, ys(v) + 4.0), format!("{v:.0}"), -1));
+        }
+        for (a, b) in [
+            ((x0, y0), (x1, y0)),
+            ((x1, y0), (x1, y1)),
+            ((x1, y1), (x0, y1)),
+            ((x0, y1), (x0, y0)),
+        ] {
+            out.push(line(a, b, "#444444", 1.0, false));
+        }
+        out.push(text((x0 + PANEL_W / 2.0, y0 - 6.0), panel.label.clone(), 0));
+        for i in 0..=4 {
+            let t = end / 4.0 * f64::from(i);
+            out.push(line((xs(t), y1), (xs(t), y1 + 5.0), "#444444", 1.0, false));
+            out.push(text((xs(t), y1 + 18.0), format!("{t:.0}"), 0));
+        }
+        out.push(text((x0 + PANEL_W / 2.0, y1 + 36.0), "seconds".into(), 0));
+        out.push(Shape::Text {
+            at: (x0 - 44.0, y0 + PANEL_H / 2.0),
+            text: panel.y_label.clone(),
+            align: 0,
+            vertical: true,
+        });
+        for (i, (t, label)) in marks.iter().enumerate() {
+            out.push(line((xs(*t), y0), (xs(*t), y1), "#aaaaaa", 1.0, true));
+            // Staggered so neighbouring labels do not overwrite each other.
+            let y = y0 + 12.0 + (i % 4) as f64 * 11.0;
+            out.push(text((xs(*t) + 2.0, y), label.clone(), 1));
+        }
+        for (si, (_, pts)) in panel.series.iter().enumerate() {
+            let color = COLORS[si % COLORS.len()];
+            let pts: Vec<(f64, f64)> = pts.iter().map(|&(t, v)| (xs(t), ys(v))).collect();
+            for w in pts.windows(2) {
+                out.push(line(w[0], w[1], color, 2.0, false));
+            }
+        }
+    }
+    let ly = MARGIN_T + PANEL_H + MARGIN_B + 12.0;
+    let mut x = MARGIN_L;
+    for panel in panels {
+        for (si, (name, _)) in panel.series.iter().enumerate() {
+            let color = COLORS[si % COLORS.len()];
+            out.push(line((x, ly), (x + 24.0, ly), color, 3.0, false));
+            out.push(text((x + 30.0, ly + 4.0), name.clone(), 1));
+            x += 150.0;
+        }
+    }
+    Scene {
+        width,
+        height,
+        shapes: out,
+    }
+}
+
+/// Writes the goodput plot of a sweep; the format follows the extension (`.svg` or `.png`).
 pub fn write(path: &Path, results: &[Measurement], title: &str) -> Result<(), PlotError> {
-    let ext = path
+    write_scene(path, &scene(results, title))
+}
+
+/// Whether `path` names a format the plotter writes (`.svg` or `.png`): checked before a
+/// long run, not after it.
+pub fn check_format(path: &Path) -> Result<bool, PlotError> {
+    match path
         .extension()
         .and_then(|e| e.to_str())
         .unwrap_or("")
-        .to_ascii_lowercase();
-    let sc = scene(results, title);
-    let bytes = match ext.as_str() {
-        "svg" => svg(&sc).into_bytes(),
-        "png" => png(&sc),
-        _ => return Err(PlotError::Format(path.display().to_string())),
+        .to_ascii_lowercase()
+        .as_str()
+    {
+        "svg" => Ok(true),
+        "png" => Ok(false),
+        _ => Err(PlotError::Format(path.display().to_string())),
+    }
+}
+
+/// Writes a laid-out figure; the format follows the extension (`.svg` or `.png`).
+pub fn write_scene(path: &Path, sc: &Scene) -> Result<(), PlotError> {
+    let bytes = if check_format(path)? {
+        svg(sc).into_bytes()
+    } else {
+        png(sc)
     };
     std::fs::write(path, bytes).map_err(|source| WriteError {
         path: path.to_owned(),
@@ -485,6 +606,57 @@ pub fn write(path: &Path, results: &[Measurement], title: &str) -> Result<(), Pl
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_timeline_draws_every_series_and_mark_inside_its_panel() {
+        let rising: Vec<(f64, f64)> = (0..=60).map(|t| (f64::from(t), f64::from(t) * 2.0)).collect();
+        let flat: Vec<(f64, f64)> = (0..=60).map(|t| (f64::from(t), 5.0)).collect();
+        let panels = [
+            Panel {
+                label: "a".into(),
+                y_label: "MiB".into(),
+                series: vec![("rising".into(), rising)],
+            },
+            Panel {
+                label: "b".into(),
+                y_label: "n".into(),
+                series: vec![("flat".into(), flat.clone()), ("flat too".into(), flat)],
+            },
+        ];
+        let marks = [(0.0, "none".to_string()), (30.0, "kill".to_string())];
+        let sc = timeline(&panels, &marks, "t");
+        let series_lines = sc
+            .shapes
+            .iter()
+            .filter(|s| matches!(s, Shape::Line { width, .. } if *width == 2.0))
+            .count();
+        assert_eq!(series_lines, 3 * 60);
+        let dashed = sc
+            .shapes
+            .iter()
+            .filter(|s| matches!(s, Shape::Line { dashed: true, .. }))
+            .count();
+        assert_eq!(dashed, 2 * marks.len());
+        for s in &sc.shapes {
+            if let Shape::Line { from, to, .. } = s {
+                for (x, y) in [from, to] {
+                    assert!((0.0..=sc.width).contains(x) && (0.0..=sc.height).contains(y), "{s:?}");
+                }
+            }
+        }
+        // The rising series ends at the top of its panel's scale, not above it.
+        let top = sc
+            .shapes
+            .iter()
+            .filter_map(|s| match s {
+                Shape::Line { to, width, .. } if *width == 2.0 => Some(to.1),
+                _ => None,
+            })
+            .fold(f64::MAX, f64::min);
+        assert!(top >= MARGIN_T, "{top}");
+        assert!(check_format(Path::new("x.svg")).unwrap() && !check_format(Path::new("x.PNG")).unwrap());
+        assert!(check_format(Path::new("x.pdf")).is_err());
+    }
     use crate::output::human;
 
     fn m(strategy: &str, senders: usize, sru: u64, goodput: f64) -> Measurement {

@@ -1560,18 +1560,24 @@ impl Scheduler {
     }
 
     /// Moves stalled grant `id` to the fragment's next replica that has not failed (the
-    /// transport is told to cancel it; its range is re-requested there first, as a retry).
-    /// Returns false, and does nothing, when there is no such replica: then waiting is all
-    /// that is left.
+    /// transport is told to cancel it; its range is re-requested there first, as a retry),
+    /// or, if the fragment already left the grant's route, to the fragment's route. Returns
+    /// false, and does nothing, when there is no such replica: then waiting is all that is
+    /// left.
     fn escalate(&mut self, id: GrantId) -> bool {
         let live = self.live(id).expect("stalled grant is live");
         let frag = &self.frags[live.frag as usize];
-        if live.route != frag.route {
-            // The fragment already moved on; the grant will end with its connection.
-            return false;
-        }
-        let Some(next) = next_route(frag, |r| r != frag.route) else {
-            return false;
+        // A grant left behind on a route its fragment already moved off (a hedge of the grant
+        // ahead of it moved the fragment) follows the fragment. Waiting for it to "end with its
+        // connection" waited until the read's deadline when that server kept the connection
+        // open and sent nothing, or one byte at a time.
+        let next = if live.route != frag.route {
+            None
+        } else {
+            match next_route(frag, |r| r != frag.route) {
+                Some(next) => Some(next),
+                None => return false,
+            }
         };
         let live = self.release(id);
         self.cancels.push_back(Action::Cancel {
@@ -1583,8 +1589,10 @@ impl Scheduler {
         // Moved, not marked failed: the server may only be slow, and stays a route to return
         // to if the replica fails.
         let frag = &mut self.frags[live.frag as usize];
-        frag.route = next;
-        frag.lane = Lane::Primary;
+        if let Some(next) = next {
+            frag.route = next;
+            frag.lane = Lane::Primary;
+        }
         frag.backoff = 0;
         frag.holes.push(Hole {
             start: live.start,
@@ -1952,6 +1960,48 @@ mod tests {
         }
         assert!(moved, "the trickled grant never moved to the replica");
         assert_eq!(s.stats().escalations, 1);
+    }
+
+    #[test]
+    fn a_grant_left_behind_on_a_silent_server_follows_its_fragment() {
+        // Two pipelined chunks on server 0, which goes silent. The hedge budget covers one:
+        // the first is hedged and moves the fragment to the replica; the second, still on
+        // server 0, must follow it there rather than wait for server 0 (it used to wait until
+        // the read's deadline: "the grant will end with its connection" is not true of a
+        // server that keeps the connection open and sends nothing).
+        let stripe = Stripe::new(vec![
+            Fragment::new(ServerId(0), "k", 0, 20_000).with_replicas([ServerId(1)])
+        ])
+        .unwrap();
+        let p = Policy::builder()
+            .grant_size(GrantSize::Chunk { bytes: 10_000 })
+            .pipeline_depth(2)
+            .hedging(Hedging::AfterRto {
+                budget_fraction: 0.0,
+                min_budget_bytes: 10_000,
+            })
+            .build()
+            .unwrap();
+        let mut s = Scheduler::new(&stripe, &p, 7);
+        let mut now = Instant::now();
+        let first = requests(&mut s, now);
+        assert_eq!(first.len(), 2, "{first:?}");
+        assert!(first.iter().all(|g| g.server == ServerId(0)));
+        // The replica answers at once; server 0 never does.
+        for _ in 0..10 * ESCALATE_AFTER_STALLS {
+            let Some(due) = s.poll_timeout() else { break };
+            now = due;
+            s.handle_timeout(now);
+            for g in requests(&mut s, now) {
+                assert_eq!(g.server, ServerId(1), "{g:?}");
+                finish(&mut s, &g, now);
+            }
+            if s.is_complete() {
+                break;
+            }
+        }
+        assert!(s.is_complete(), "the grant left on server 0 never moved");
+        assert_eq!((s.stats().hedges, s.stats().escalations), (1, 1));
     }
 
     #[test]
