@@ -537,11 +537,15 @@ pub fn timeline(panels: &[Panel], marks: &[(f64, String)], title: &str) -> Scene
             align: 0,
             vertical: true,
         });
-        for (i, (t, label)) in marks.iter().enumerate() {
+        for (t, label) in marks {
             out.push(line((xs(*t), y0), (xs(*t), y1), "#aaaaaa", 1.0, true));
-            // Staggered so neighbouring labels do not overwrite each other.
-            let y = y0 + 12.0 + (i % 4) as f64 * 11.0;
-            out.push(text((xs(*t) + 2.0, y), label.clone(), 1));
+            // Written down the mark, from the top: a soak has dozens of phases side by side.
+            out.push(Shape::Text {
+                at: (xs(*t) + 9.0, y0 + 4.0),
+                text: label.clone(),
+                align: -1,
+                vertical: true,
+            });
         }
         for (si, (_, pts)) in panel.series.iter().enumerate() {
             let color = COLORS[si % COLORS.len()];
