@@ -92,6 +92,98 @@ pub struct Scene {
     pub shapes: Vec<Shape>,
 }
 
+/// A line segment.
+fn line(from: (f64, f64), to: (f64, f64), color: &'static str, width: f64, dashed: bool) -> Shape {
+    Shape::Line {
+        from,
+        to,
+        color,
+        width,
+        dashed,
+    }
+}
+
+/// A horizontal label.
+fn label(at: (f64, f64), text: String, align: i8) -> Shape {
+    Shape::Text {
+        at,
+        text,
+        align,
+        vertical: false,
+    }
+}
+
+/// The size of a figure of `panels` panels side by side.
+fn size(panels: usize) -> (f64, f64) {
+    let width = panels.max(1) as f64 * (PANEL_W + MARGIN_L + MARGIN_R);
+    (width, PANEL_H + MARGIN_T + MARGIN_B + LEGEND_H + 20.0)
+}
+
+/// Draws the frame of panel `pi` (box, horizontal grid with its values from 0 to `top`,
+/// title, axis names) and returns its left and right edges, and the value-to-pixel map of
+/// its y axis.
+fn frame(
+    out: &mut Vec<Shape>,
+    pi: usize,
+    top: f64,
+    title: &str,
+    x_name: &str,
+    y_name: &str,
+) -> (f64, f64, impl Fn(f64) -> f64) {
+    let x0 = pi as f64 * (PANEL_W + MARGIN_L + MARGIN_R) + MARGIN_L;
+    let (y0, x1, y1) = (MARGIN_T, x0 + PANEL_W, MARGIN_T + PANEL_H);
+    let ys = move |v: f64| y1 - v.max(0.0) / top * PANEL_H;
+    for i in 0..=5 {
+        let v = top / 5.0 * f64::from(i);
+        out.push(line((x0, ys(v)), (x1, ys(v)), "#dddddd", 1.0, false));
+        out.push(label((x0 - 6.0, ys(v) + 4.0), format!("{v:.0}"), -1));
+    }
+    for (a, b) in [
+        ((x0, y0), (x1, y0)),
+        ((x1, y0), (x1, y1)),
+        ((x1, y1), (x0, y1)),
+        ((x0, y1), (x0, y0)),
+    ] {
+        out.push(line(a, b, "#444444", 1.0, false));
+    }
+    out.push(label((x0 + PANEL_W / 2.0, y0 - 6.0), title.to_owned(), 0));
+    out.push(label((x0 + PANEL_W / 2.0, y1 + 36.0), x_name.to_owned(), 0));
+    out.push(Shape::Text {
+        at: (x0 - 44.0, y0 + PANEL_H / 2.0),
+        text: y_name.to_owned(),
+        align: 0,
+        vertical: true,
+    });
+    (x0, x1, ys)
+}
+
+/// A tick on the x axis at pixel `x`, labelled `text`.
+fn x_tick(out: &mut Vec<Shape>, x: f64, text: String) {
+    let y1 = MARGIN_T + PANEL_H;
+    out.push(line((x, y1), (x, y1 + 5.0), "#444444", 1.0, false));
+    out.push(label((x, y1 + 18.0), text, 0));
+}
+
+/// A polyline of `pts` (pixels), with a dot at each point if `dots`.
+fn polyline(out: &mut Vec<Shape>, pts: &[(f64, f64)], color: &'static str, dots: bool) {
+    for w in pts.windows(2) {
+        out.push(line(w[0], w[1], color, 2.0, false));
+    }
+    if dots {
+        out.extend(pts.iter().map(|&at| Shape::Dot { at, r: 3.0, color }));
+    }
+}
+
+/// The legend under the panels: one colour per name, `step` pixels apart.
+fn legend<'a>(out: &mut Vec<Shape>, names: impl Iterator<Item = (&'a str, &'static str)>, step: f64) {
+    let ly = MARGIN_T + PANEL_H + MARGIN_B + 12.0;
+    for (i, (name, color)) in names.enumerate() {
+        let x = MARGIN_L + i as f64 * step;
+        out.push(line((x, ly), (x + 24.0, ly), color, 3.0, false));
+        out.push(label((x + 30.0, ly + 4.0), name.to_owned(), 1));
+    }
+}
+
 /// Lays out the figure.
 pub fn scene(results: &[Measurement], title: &str) -> Scene {
     // Panels: one per (sru or block) layout, in first-seen order.
@@ -118,62 +210,22 @@ pub fn scene(results: &[Measurement], title: &str) -> Scene {
             strategies.push(s);
         }
     }
-    let n = panels.len().max(1) as f64;
-    let width = n * (PANEL_W + MARGIN_L + MARGIN_R);
-    let height = PANEL_H + MARGIN_T + MARGIN_B + LEGEND_H + 20.0;
-    let mut out = Vec::new();
-    let line = |from, to, color, width, dashed| Shape::Line {
-        from,
-        to,
-        color,
-        width,
-        dashed,
-    };
-    let text = |at, t: String, align| Shape::Text {
-        at,
-        text: t,
-        align,
-        vertical: false,
-    };
-    out.push(text((width / 2.0, 18.0), title.to_owned(), 0));
-    for (pi, (label, ms)) in panels.iter().enumerate() {
-        let x0 = pi as f64 * (PANEL_W + MARGIN_L + MARGIN_R) + MARGIN_L;
-        let (y0, x1, y1) = (MARGIN_T, x0 + PANEL_W, MARGIN_T + PANEL_H);
+    let (width, height) = size(panels.len());
+    let mut out = vec![label((width / 2.0, 18.0), title.to_owned(), 0)];
+    for (pi, (layout, ms)) in panels.iter().enumerate() {
         let max_n = ms.iter().map(|m| m.senders).max().unwrap_or(1).max(2) as f64;
         let rate = ms.iter().map(|m| m.line_rate_mbps).fold(0.0, f64::max);
         let top = ms.iter().map(|m| m.goodput_mbps).fold(rate, f64::max).max(1.0) * 1.1;
+        let (x0, x1, ys) = frame(&mut out, pi, top, layout, "senders", "goodput (Mbit/s)");
         let xs = |senders: usize| x0 + (senders.max(1) as f64).log2() / max_n.log2() * PANEL_W;
-        let ys = |mbps: f64| y1 - mbps / top * PANEL_H;
-        for i in 0..=5 {
-            let v = top / 5.0 * f64::from(i);
-            out.push(line((x0, ys(v)), (x1, ys(v)), "#dddddd", 1.0, false));
-            out.push(text((x0 - 6.0, ys(v) + 4.0), format!("{v:.0}"), -1));
-        }
-        for (a, b) in [
-            ((x0, y0), (x1, y0)),
-            ((x1, y0), (x1, y1)),
-            ((x1, y1), (x0, y1)),
-            ((x0, y1), (x0, y0)),
-        ] {
-            out.push(line(a, b, "#444444", 1.0, false));
-        }
-        out.push(text((x0 + PANEL_W / 2.0, y0 - 6.0), label.clone(), 0));
         let mut t = 1usize;
         while t as f64 <= max_n {
-            out.push(line((xs(t), y1), (xs(t), y1 + 5.0), "#444444", 1.0, false));
-            out.push(text((xs(t), y1 + 18.0), t.to_string(), 0));
+            x_tick(&mut out, xs(t), t.to_string());
             t *= 2;
         }
-        out.push(text((x0 + PANEL_W / 2.0, y1 + 36.0), "senders".into(), 0));
-        out.push(Shape::Text {
-            at: (x0 - 44.0, y0 + PANEL_H / 2.0),
-            text: "goodput (Mbit/s)".into(),
-            align: 0,
-            vertical: true,
-        });
         if rate > 0.0 {
             out.push(line((x0, ys(rate)), (x1, ys(rate)), "#000000", 1.0, true));
-            out.push(text((x1 - 4.0, ys(rate) - 4.0), "line rate".into(), -1));
+            out.push(label((x1 - 4.0, ys(rate) - 4.0), "line rate".into(), -1));
         }
         for (si, st) in strategies.iter().enumerate() {
             let mut pts: Vec<(f64, f64)> = ms
@@ -182,22 +234,14 @@ pub fn scene(results: &[Measurement], title: &str) -> Scene {
                 .map(|m| (xs(m.senders), ys(m.goodput_mbps)))
                 .collect();
             pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-            let color = COLORS[si % COLORS.len()];
-            for w in pts.windows(2) {
-                out.push(line(w[0], w[1], color, 2.0, false));
-            }
-            for p in pts {
-                out.push(Shape::Dot { at: p, r: 3.0, color });
-            }
+            polyline(&mut out, &pts, COLORS[si % COLORS.len()], true);
         }
     }
-    let ly = MARGIN_T + PANEL_H + MARGIN_B + 12.0;
-    for (si, st) in strategies.iter().enumerate() {
-        let x = MARGIN_L + si as f64 * 110.0;
-        let color = COLORS[si % COLORS.len()];
-        out.push(line((x, ly), (x + 24.0, ly), color, 3.0, false));
-        out.push(text((x + 30.0, ly + 4.0), st.clone(), 1));
-    }
+    let names = strategies
+        .iter()
+        .enumerate()
+        .map(|(si, s)| (s.as_str(), COLORS[si % COLORS.len()]));
+    legend(&mut out, names, 110.0);
     Scene {
         width,
         height,
@@ -478,93 +522,53 @@ pub struct Panel {
 /// label) at each of `marks` (seconds): the soak's resident memory, descriptors and tasks
 /// across its fault phases.
 pub fn timeline(panels: &[Panel], marks: &[(f64, String)], title: &str) -> Scene {
-    let n = panels.len().max(1) as f64;
-    let width = n * (PANEL_W + MARGIN_L + MARGIN_R);
-    let height = PANEL_H + MARGIN_T + MARGIN_B + LEGEND_H + 20.0;
-    let mut out = Vec::new();
-    let line = |from, to, color, width, dashed| Shape::Line {
-        from,
-        to,
-        color,
-        width,
-        dashed,
-    };
-    let text = |at, t: String, align| Shape::Text {
-        at,
-        text: t,
-        align,
-        vertical: false,
-    };
-    out.push(text((width / 2.0, 18.0), title.to_owned(), 0));
+    let (width, height) = size(panels.len());
+    let mut out = vec![label((width / 2.0, 18.0), title.to_owned(), 0)];
     let end = panels
         .iter()
         .flat_map(|p| p.series.iter().flat_map(|(_, v)| v.iter().map(|p| p.0)))
         .fold(1.0, f64::max);
     for (pi, panel) in panels.iter().enumerate() {
-        let x0 = pi as f64 * (PANEL_W + MARGIN_L + MARGIN_R) + MARGIN_L;
-        let (y0, x1, y1) = (MARGIN_T, x0 + PANEL_W, MARGIN_T + PANEL_H);
         let top = panel
             .series
             .iter()
             .flat_map(|(_, v)| v.iter().map(|p| p.1))
             .fold(1.0, f64::max)
             * 1.1;
+        let (x0, _, ys) = frame(&mut out, pi, top, &panel.label, "seconds", &panel.y_label);
         let xs = |t: f64| x0 + t.clamp(0.0, end) / end * PANEL_W;
-        let ys = |v: f64| y1 - v.max(0.0) / top * PANEL_H;
-        for i in 0..=5 {
-            let v = top / 5.0 * f64::from(i);
-            out.push(line((x0, ys(v)), (x1, ys(v)), "#dddddd", 1.0, false));
-            out.push(text((x0 - 6.0, ys(v) + 4.0), format!("{v:.0}"), -1));
-        }
-        for (a, b) in [
-            ((x0, y0), (x1, y0)),
-            ((x1, y0), (x1, y1)),
-            ((x1, y1), (x0, y1)),
-            ((x0, y1), (x0, y0)),
-        ] {
-            out.push(line(a, b, "#444444", 1.0, false));
-        }
-        out.push(text((x0 + PANEL_W / 2.0, y0 - 6.0), panel.label.clone(), 0));
         for i in 0..=4 {
             let t = end / 4.0 * f64::from(i);
-            out.push(line((xs(t), y1), (xs(t), y1 + 5.0), "#444444", 1.0, false));
-            out.push(text((xs(t), y1 + 18.0), format!("{t:.0}"), 0));
+            x_tick(&mut out, xs(t), format!("{t:.0}"));
         }
-        out.push(text((x0 + PANEL_W / 2.0, y1 + 36.0), "seconds".into(), 0));
-        out.push(Shape::Text {
-            at: (x0 - 44.0, y0 + PANEL_H / 2.0),
-            text: panel.y_label.clone(),
-            align: 0,
-            vertical: true,
-        });
-        for (t, label) in marks {
-            out.push(line((xs(*t), y0), (xs(*t), y1), "#aaaaaa", 1.0, true));
+        for (t, mark) in marks {
+            out.push(line(
+                (xs(*t), MARGIN_T),
+                (xs(*t), MARGIN_T + PANEL_H),
+                "#aaaaaa",
+                1.0,
+                true,
+            ));
             // Written down the mark, from the top: a soak has dozens of phases side by side.
             out.push(Shape::Text {
-                at: (xs(*t) + 9.0, y0 + 4.0),
-                text: label.clone(),
+                at: (xs(*t) + 9.0, MARGIN_T + 4.0),
+                text: mark.clone(),
                 align: -1,
                 vertical: true,
             });
         }
         for (si, (_, pts)) in panel.series.iter().enumerate() {
-            let color = COLORS[si % COLORS.len()];
             let pts: Vec<(f64, f64)> = pts.iter().map(|&(t, v)| (xs(t), ys(v))).collect();
-            for w in pts.windows(2) {
-                out.push(line(w[0], w[1], color, 2.0, false));
-            }
+            polyline(&mut out, &pts, COLORS[si % COLORS.len()], false);
         }
     }
-    let ly = MARGIN_T + PANEL_H + MARGIN_B + 12.0;
-    let mut x = MARGIN_L;
-    for panel in panels {
-        for (si, (name, _)) in panel.series.iter().enumerate() {
-            let color = COLORS[si % COLORS.len()];
-            out.push(line((x, ly), (x + 24.0, ly), color, 3.0, false));
-            out.push(text((x + 30.0, ly + 4.0), name.clone(), 1));
-            x += 150.0;
-        }
-    }
+    let names = panels.iter().flat_map(|p| {
+        p.series
+            .iter()
+            .enumerate()
+            .map(|(si, (name, _))| (name.as_str(), COLORS[si % COLORS.len()]))
+    });
+    legend(&mut out, names, 150.0);
     Scene {
         width,
         height,
