@@ -1730,6 +1730,25 @@ mod tests {
         s.on_done(now, g.id).unwrap();
     }
 
+    /// A scheduler of one fragment of `len` bytes on server 0 with server 1 as its replica,
+    /// whole grants (or chunks of `chunk`), and a hedge budget of `hedge_bytes`.
+    fn replicated(len: u64, chunk: Option<u64>, hedge_bytes: u64) -> Scheduler {
+        let stripe = Stripe::new(vec![
+            Fragment::new(ServerId(0), "k", 0, len).with_replicas([ServerId(1)])
+        ])
+        .unwrap();
+        let p = Policy::builder()
+            .grant_size(chunk.map_or(GrantSize::Whole, |bytes| GrantSize::Chunk { bytes }))
+            .pipeline_depth(2)
+            .hedging(Hedging::AfterRto {
+                budget_fraction: 0.0,
+                min_budget_bytes: hedge_bytes,
+            })
+            .build()
+            .unwrap();
+        Scheduler::new(&stripe, &p, 7)
+    }
+
     #[test]
     fn admission_respects_k_and_b() {
         let stripe = Stripe::fixed_sru("k", &servers(10), 10_000).unwrap();
@@ -1925,19 +1944,7 @@ mod tests {
     fn a_trickling_server_is_stalled_not_progressing() {
         // One byte just before every timer: every byte used to count as progress, so the
         // grant was never judged stalled and never left the server.
-        let stripe = Stripe::new(vec![
-            Fragment::new(ServerId(0), "k", 0, 20_000).with_replicas([ServerId(1)])
-        ])
-        .unwrap();
-        let p = Policy::builder()
-            .grant_size(GrantSize::Whole)
-            .hedging(Hedging::AfterRto {
-                budget_fraction: 0.0,
-                min_budget_bytes: 0,
-            })
-            .build()
-            .unwrap();
-        let mut s = Scheduler::new(&stripe, &p, 7);
+        let mut s = replicated(20_000, None, 0);
         let mut now = Instant::now();
         let g = requests(&mut s, now).pop().unwrap();
         assert_eq!(g.server, ServerId(0));
@@ -1969,20 +1976,7 @@ mod tests {
         // server 0, must follow it there rather than wait for server 0 (it used to wait until
         // the read's deadline: "the grant will end with its connection" is not true of a
         // server that keeps the connection open and sends nothing).
-        let stripe = Stripe::new(vec![
-            Fragment::new(ServerId(0), "k", 0, 20_000).with_replicas([ServerId(1)])
-        ])
-        .unwrap();
-        let p = Policy::builder()
-            .grant_size(GrantSize::Chunk { bytes: 10_000 })
-            .pipeline_depth(2)
-            .hedging(Hedging::AfterRto {
-                budget_fraction: 0.0,
-                min_budget_bytes: 10_000,
-            })
-            .build()
-            .unwrap();
-        let mut s = Scheduler::new(&stripe, &p, 7);
+        let mut s = replicated(20_000, Some(10_000), 10_000);
         let mut now = Instant::now();
         let first = requests(&mut s, now);
         assert_eq!(first.len(), 2, "{first:?}");
@@ -2007,19 +2001,7 @@ mod tests {
     #[test]
     fn a_segment_is_progress() {
         // The same, with a segment before every timer: the grant stays (it is slow, not stalled).
-        let stripe = Stripe::new(vec![
-            Fragment::new(ServerId(0), "k", 0, 60_000).with_replicas([ServerId(1)])
-        ])
-        .unwrap();
-        let p = Policy::builder()
-            .grant_size(GrantSize::Whole)
-            .hedging(Hedging::AfterRto {
-                budget_fraction: 0.0,
-                min_budget_bytes: 0,
-            })
-            .build()
-            .unwrap();
-        let mut s = Scheduler::new(&stripe, &p, 7);
+        let mut s = replicated(60_000, None, 0);
         let g = requests(&mut s, Instant::now()).pop().unwrap();
         assert_eq!(g.len, 60_000);
         let mut got = 0;
