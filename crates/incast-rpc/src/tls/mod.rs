@@ -4,9 +4,10 @@
 //! # When to turn it on
 //!
 //! **Plaintext TCP stays the default**, for trusted networks: a storage cluster's back end,
-//! behind its own isolation, where every byte of CPU goes to moving data (TLS costs CPU per
-//! byte on both ends; `incast-bench sweep --loopback --strategies default,tls` measures how much on a given machine: 1.6-2.4x plaintext's CPU per GiB on this project's 2-core VM). Turn
-//! TLS on where the path or the peers are not trusted:
+//! behind its own isolation, where every byte of CPU goes to moving data. TLS costs CPU per
+//! byte on both ends: 1.6-2.4x plaintext's CPU per GiB on this project's 2-core VM, measured
+//! with `incast-bench sweep --loopback --strategies default,tls`. Turn TLS on where the path
+//! or the peers are not trusted:
 //!
 //! - **TCP:** [`ServerConfigBuilder::tls`](crate::ServerConfigBuilder::tls) with a
 //!   [`TlsServerConfig`], [`ClientConfigBuilder::tls`](crate::ClientConfigBuilder::tls) with a
