@@ -500,7 +500,7 @@ impl<'a> Driver<'a> {
     ) {
         let waiting = self.pending.remove(&(server, lane)).unwrap_or_default();
         let now = Instant::now();
-        let stream = match result {
+        let (stream, tls) = match result {
             // A server that left or moved meanwhile gets nothing on the old address.
             Ok(_) if self.client.addr_of(server) != Some(addr) => {
                 for g in waiting {
@@ -523,7 +523,6 @@ impl<'a> Driver<'a> {
                 return;
             }
         };
-        let (stream, tls) = stream;
         self.report.connects += 1;
         self.conns.push(Conn {
             server,
