@@ -551,6 +551,11 @@ struct Common {
     /// Stop a configuration after this long even if fewer blocks were read.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     max_time: Duration,
+    /// Keep a configuration reading past --blocks until it has measured this long (never
+    /// past --max-time): a fast path reads 100 small blocks in milliseconds, too short to
+    /// give a rate that one scheduling hiccup does not swing.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    min_time: Duration,
     /// Deadline of one block.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     read_timeout: Duration,
@@ -849,6 +854,7 @@ impl Common {
             blocks: self.blocks,
             warmup: self.warmup,
             max_time: self.max_time,
+            min_time: self.min_time,
             read_timeout: self.read_timeout,
             buffer_hint,
             cc: cc.to_owned(),
@@ -867,7 +873,7 @@ fn finish(
     r: &sweep::SweepResult,
     title: &str,
 ) -> Result<(), CliError> {
-    let mut header = output::Header::new(network, testbed, c.blocks, c.warmup);
+    let mut header = output::Header::new(network, testbed, c.blocks, c.warmup, c.min_time);
     header.set_line_rate(r.line_rate_mbps);
     if let Some(p) = &c.json {
         output::write_json(p, &header, &r.results)?;
@@ -1057,6 +1063,9 @@ const DEMO_SENDERS: [usize; 4] = [1, 4, 16, 64];
 const DEMO_SRU: u64 = 64 << 10;
 const DEMO_CONCURRENCY: [usize; 2] = [1, 4];
 const DEMO_BLOCKS: u32 = 40;
+/// Shortest measurement per demo configuration (shorter than the sweep's default, so the
+/// demo stays under a minute).
+const DEMO_MIN_TIME: Duration = Duration::from_millis(500);
 
 fn run_demo(a: &DemoArgs) -> Result<(), CliError> {
     let tb_config = TestbedConfig {
@@ -1093,6 +1102,7 @@ fn run_demo(a: &DemoArgs) -> Result<(), CliError> {
         blocks: DEMO_BLOCKS,
         warmup: 3,
         max_time: Duration::from_secs(8),
+        min_time: DEMO_MIN_TIME,
         read_timeout: Duration::from_secs(30),
         json: a.json.clone(),
         csv: None,

@@ -9,6 +9,7 @@
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use crate::run::Measurement;
 use crate::testbed::TestbedConfig;
@@ -35,6 +36,8 @@ pub struct Header {
     pub blocks: u32,
     /// Warm-up blocks per configuration.
     pub warmup: u32,
+    /// Shortest measurement per configuration, seconds (reads go on past `blocks` until then).
+    pub min_time_s: f64,
     /// Line rate measured with one sender streaming, Mbit/s: the calibration of the run.
     pub line_rate_mbps: f64,
     /// Testbed: the most TCP payload the port can carry, Mbit/s (rate x 1448 / 1514).
@@ -47,7 +50,7 @@ pub struct Header {
 
 impl Header {
     /// A header for this process.
-    pub fn new(network: &str, testbed: Option<TestbedConfig>, blocks: u32, warmup: u32) -> Self {
+    pub fn new(network: &str, testbed: Option<TestbedConfig>, blocks: u32, warmup: u32, min_time: Duration) -> Self {
         Self {
             kind: "header",
             command: std::env::args().collect::<Vec<_>>().join(" "),
@@ -62,6 +65,7 @@ impl Header {
             network: network.to_owned(),
             blocks,
             warmup,
+            min_time_s: min_time.as_secs_f64(),
             line_rate_mbps: 0.0,
             started_unix: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)

@@ -123,6 +123,9 @@ pub struct RunSpec {
     pub cc: String,
     /// Stop measuring after this long even if fewer than `blocks` blocks were read.
     pub max_time: Duration,
+    /// Keep reading past `blocks` until this long has been measured (bounded by `max_time`):
+    /// 100 blocks of one 256 KiB fragment take 10-25 ms on loopback, too short for a rate.
+    pub min_time: Duration,
     /// Trust and tuning for the QUIC strategies.
     pub quic: Option<QuicClientConfig>,
     /// Trust and identity for the `tls` strategy.
@@ -469,13 +472,18 @@ pub async fn measure(
                     m.first_error.get_or_insert(e);
                 }
             }
+            // Blocks past `blocks` (read to fill `min_time`) are not on the progress bar.
+            let counted = m.blocks <= spec.blocks;
             drop(m);
-            (on_block.borrow_mut())(1);
+            if counted {
+                (on_block.borrow_mut())(1);
+            }
         }
     };
     let take = || {
         let no = next.get();
-        if no >= end_no || start.elapsed() > spec.max_time {
+        let elapsed = start.elapsed();
+        if elapsed > spec.max_time || (no >= end_no && elapsed >= spec.min_time) {
             return None;
         }
         next.set(no + 1);

@@ -85,6 +85,8 @@ pub struct SweepSpec {
     pub warmup: u32,
     /// Time limit per configuration.
     pub max_time: Duration,
+    /// Shortest measurement per configuration (see [`RunSpec::min_time`]).
+    pub min_time: Duration,
     /// Deadline of one block.
     pub read_timeout: Duration,
     /// Port buffer for `capped` (the testbed's, or a guess for real hosts).
@@ -442,6 +444,7 @@ fn client_side(
         read_timeout: spec.read_timeout,
         cc: spec.cc.clone(),
         max_time: spec.max_time,
+        min_time: spec.min_time,
         quic: quic.clone(),
         tls: tls.clone(),
         concurrency,
@@ -462,6 +465,7 @@ fn client_side(
             let probe = RunSpec {
                 blocks: LINE_RATE_BLOCKS,
                 warmup: 2,
+                min_time: Duration::ZERO,
                 ..base(st, 1, Layout::Block(LINE_RATE_BLOCK), 1)
             };
             let m = rt.block_on(measure(&addrs, &probe, |_| {}))?;
