@@ -80,6 +80,8 @@
 //! - **Grant size follows the rate.** A new chunk carries at least [`GRANT_TIME`] at the
 //!   measured rate (at most a quarter of the budget), so on a 10-100 Gbit/s path the request
 //!   overhead does not cap the read, while on a 1 Gbit/s port the policy's chunk stands.
+//!   An enlarged chunk that would leave less than half of itself behind takes the rest
+//!   along: a 256 KiB fragment on loopback was two grants per read, one now and then.
 //! - **Timeouts learn from spurious hedges.** A hedge whose original still completed first
 //!   doubles a port-wide multiplier of the grant timeouts (up to [`MAX_TIMEOUT_SCALE`]); a
 //!   hedge that won lowers it by one. (Eifel/F-RTO do the same for TCP's RTO.)

@@ -1293,12 +1293,23 @@ impl Scheduler {
     }
 
     /// Length of the fragment's next grant: its oldest hole, or the next chunk, which a
-    /// gate may enlarge to `min_chunk` (chunked grants only).
+    /// gate may enlarge to `min_chunk` (chunked grants only). An enlarged chunk that would
+    /// leave less than half of itself behind takes the rest too: on a fast path a runt
+    /// costs a request and a response for a sliver (two grants per 256 KiB loopback read
+    /// instead of one). The policy's own chunk stays a hard upper bound.
     fn next_len(&self, f: &Frag, min_chunk: u64) -> u64 {
+        let rest = f.len - f.next;
         match f.holes.first() {
             Some(h) => h.len,
-            None if self.chunked => (f.len - f.next).min(self.max_grant.max(min_chunk)),
-            None => (f.len - f.next).min(self.max_grant),
+            None if self.chunked => {
+                let chunk = self.max_grant.max(min_chunk);
+                if min_chunk > self.max_grant && rest <= chunk.saturating_add(chunk / 2) {
+                    rest
+                } else {
+                    rest.min(chunk)
+                }
+            }
+            None => rest.min(self.max_grant),
         }
     }
 
@@ -1807,6 +1818,35 @@ mod tests {
             [(1, 10_000)]
         );
         assert_eq!(s.completed_bytes(), 10_000);
+    }
+
+    #[test]
+    fn an_enlarged_chunk_takes_a_runt_along_and_the_policy_chunk_never_does() {
+        let grants = |len: u64, enlarge: u64| {
+            let stripe = Stripe::fixed_sru("k", &servers(1), len).unwrap();
+            let p = Policy::builder()
+                .inflight_budget(1 << 20)
+                .grant_size(GrantSize::Chunk { bytes: 1_000 })
+                .pipeline_depth(8)
+                .build()
+                .unwrap();
+            let mut s = Scheduler::new(&stripe, &p, 1);
+            let gate = Gate {
+                grant: enlarge,
+                ..Gate::OPEN
+            };
+            let mut lens = Vec::new();
+            while let Polled::Action(Action::Request(g)) = s.poll_gated(Instant::now(), &gate) {
+                lens.push(g.len);
+            }
+            lens
+        };
+        // Enlarged to 10,000: a 4,000-byte runt would be left, so one grant takes it all.
+        assert_eq!(grants(14_000, 10_000), [14_000]);
+        // A remainder of half a chunk or more stays its own grant.
+        assert_eq!(grants(16_000, 10_000), [10_000, 6_000]);
+        // The policy's own chunk is a hard bound: 1,400 bytes are two grants, not one.
+        assert_eq!(grants(1_400, 0), [1_000, 400]);
     }
 
     #[test]
