@@ -223,6 +223,9 @@ pub struct Measurement {
     /// The client-wide receiver's budget decreases during the configuration (warm-up
     /// included): on queueing delay, on reported loss, on stalls.
     pub budget_decreases: [u64; 3],
+    /// Times the port went silent and stopped counting the bytes then outstanding
+    /// (`ReceiverStats::stuck_discounts`).
+    pub stuck_discounts: u64,
     /// Whether reads came in batches of `concurrency` started together (else each reader
     /// starts its next read as its last one ends).
     pub batch: bool,
@@ -509,7 +512,9 @@ pub async fn measure(
     let elapsed = start.elapsed();
     if let Reader::Library(c, _) = &reader {
         if let Some(p) = c.port_stats() {
-            m.borrow_mut().budget_decreases = [p.delay_decreases, p.loss_decreases, p.stall_decreases];
+            let mut m = m.borrow_mut();
+            m.budget_decreases = [p.delay_decreases, p.loss_decreases, p.stall_decreases];
+            m.stuck_discounts = p.stuck_discounts;
         }
     }
     let bulk = background.bytes().saturating_sub(bulk_before);

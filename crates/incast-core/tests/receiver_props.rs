@@ -16,6 +16,9 @@
 //!   per read the confirmed ranges never overlap (exactly once, hedges and retries included);
 //! - the port's outstanding bytes are the transport's, and a dropped read's share is freed
 //!   at once;
+//! - the port stops counting outstanding bytes against its budget (they are "stuck") only
+//!   after [`PORT_SILENCE`] without a byte or a grant of new bytes, and only the bytes of
+//!   reads that have delivered nothing since (silences of 100-400 ms are generated);
 //! - the receiver's own invariants hold.
 //!
 //! Then a fair transport answers everything: every read must end, complete (its confirmed
@@ -24,10 +27,10 @@
 //! Cases: 10,000 in release builds, 200 in debug builds; `PROPTEST_CASES` overrides.
 //! Run: `cargo test --release -p incast-core --test receiver_props`
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use incast_core::receiver::{ReadKey, ReadOptions, Receiver, ReceiverConfig};
+use incast_core::receiver::{ReadKey, ReadOptions, Receiver, ReceiverConfig, PORT_SILENCE};
 use incast_core::{
     Action, Delivery, Fragment, GrantId, GrantKind, GrantSize, Hedging, Policy, RtoBounds, ServerId, Stripe,
 };
@@ -113,6 +116,7 @@ enum Op {
     Fail { pick: u16 },
     LateBytes { pick: u16 },
     Advance { us: u32 },
+    Silence { ms: u32 },
     Loss,
     Drop { pick: u16 },
 }
@@ -125,6 +129,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => any::<u16>().prop_map(|pick| Op::Fail { pick }),
         1 => any::<u16>().prop_map(|pick| Op::LateBytes { pick }),
         3 => (0u32..=3_000).prop_map(|us| Op::Advance { us }),
+        1 => (100u32..=400).prop_map(|ms| Op::Silence { ms }),
         1 => Just(Op::Loss),
         1 => any::<u16>().prop_map(|pick| Op::Drop { pick }),
     ]
@@ -162,6 +167,12 @@ struct Harness {
     /// is at most 5% of it over the run.
     max_rate: f64,
     t0: Instant,
+    /// The last sign of life the port saw: a byte, or a grant of new bytes.
+    last_life: Instant,
+    /// Silence discounts seen so far, and the reads whose bytes the last one covered that
+    /// have delivered nothing since.
+    discounts: u64,
+    stuck_reads: HashSet<ReadKey>,
 }
 
 impl Harness {
@@ -171,6 +182,29 @@ impl Harness {
             .filter(|l| !l.cancelled)
             .map(|l| l.len - l.received)
             .sum()
+    }
+    fn outstanding_of(&self, read: ReadKey) -> u64 {
+        self.live
+            .iter()
+            .filter(|l| !l.cancelled && l.read == read)
+            .map(|l| l.len - l.received)
+            .sum()
+    }
+    /// After every poll: a new silence discount came only after a silence, and covers the
+    /// reads then outstanding.
+    fn saw_discount(&mut self) -> Result<(), TestCaseError> {
+        let n = self.rx.stats().stuck_discounts;
+        if n > self.discounts {
+            prop_assert!(
+                self.now - self.last_life >= PORT_SILENCE,
+                "discount after {:?} of silence",
+                self.now - self.last_life
+            );
+            self.discounts = n;
+            self.last_life = self.now;
+            self.stuck_reads = self.reads.keys().copied().collect();
+        }
+        Ok(())
     }
     fn senders(&self) -> usize {
         let mut s: Vec<(ReadKey, ServerId)> = self
@@ -189,6 +223,13 @@ impl Harness {
         self.rx
             .check_invariants()
             .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let may_be_stuck: u64 = self.stuck_reads.iter().map(|&r| self.outstanding_of(r)).sum();
+        prop_assert!(
+            self.rx.stats().stuck <= may_be_stuck,
+            "{} stuck, but the silent reads hold {}",
+            self.rx.stats().stuck,
+            may_be_stuck
+        );
         if self.rx.has_pending_cancels() {
             prop_assert!(self.rx.stats().outstanding <= self.outstanding());
         } else {
@@ -205,20 +246,28 @@ impl Harness {
         let budget = self.rx.budget();
         let before = self.outstanding();
         let senders = self.senders();
-        let Some((read, action)) = self.rx.poll_action(self.now) else {
+        let polled = self.rx.poll_action(self.now);
+        self.saw_discount()?;
+        let Some((read, action)) = polled else {
             return Ok(false);
         };
         match action {
             Action::Request(g) => {
-                // Re-requests replace admitted bytes (and hedges draw on the bucket).
+                // Re-requests replace admitted bytes (and hedges draw on the bucket); stuck
+                // bytes no longer count.
                 let rerequest = matches!(g.kind, GrantKind::Hedge | GrantKind::Retry);
+                let counted = before - self.rx.stats().stuck;
                 prop_assert!(
-                    rerequest || before == 0 || before + g.len <= budget,
-                    "grant of {} with {} outstanding, budget {}",
+                    rerequest || counted == 0 || counted + g.len <= budget,
+                    "grant of {} with {} counted ({} outstanding), budget {}",
                     g.len,
+                    counted,
                     before,
                     budget
                 );
+                if !rerequest {
+                    self.last_life = self.now;
+                }
                 let existing = self
                     .live
                     .iter()
@@ -294,6 +343,9 @@ impl Harness {
         let at = l.block_offset + l.received;
         let d = self.rx.on_bytes(self.now, read, id, n);
         let d = d.map_err(|e| TestCaseError::fail(format!("bytes: {e}")))?;
+        if n > 0 {
+            self.alive(read);
+        }
         if cancelled {
             prop_assert_eq!(d, Delivery::Discard);
         } else {
@@ -301,6 +353,12 @@ impl Harness {
         }
         self.live[i].received += n;
         Ok(())
+    }
+
+    /// Read `read` delivered a byte (its grant's, or a late one of a cancelled grant).
+    fn alive(&mut self, read: ReadKey) {
+        self.last_life = self.now;
+        self.stuck_reads.remove(&read);
     }
 
     fn done(&mut self, i: usize) -> Result<(), TestCaseError> {
@@ -443,6 +501,9 @@ proptest! {
             granted: 0,
             max_rate: 0.0,
             t0,
+            last_life: t0,
+            discounts: 0,
+            stuck_reads: HashSet::new(),
         };
         let mut pending: Vec<(usize, &ReadSpec)> = reads.iter().enumerate().collect();
         pending.sort_by_key(|(_, s)| s.start_at_step);
@@ -486,13 +547,19 @@ proptest! {
                     if !h.dead.is_empty() {
                         let l = &h.dead[p as usize % h.dead.len()];
                         if h.reads.contains_key(&l.read) {
-                            let d = h.rx.on_bytes(h.now, l.read, l.id, 1);
+                            let (read, id) = (l.read, l.id);
+                            let d = h.rx.on_bytes(h.now, read, id, 1);
                             prop_assert_eq!(d, Ok(Delivery::Discard));
+                            h.alive(read);
                         }
                     }
                 }
                 Op::Advance { us } => {
                     h.now += Duration::from_micros(u64::from(us));
+                    h.rx.handle_timeout(h.now);
+                }
+                Op::Silence { ms } => {
+                    h.now += Duration::from_millis(u64::from(ms));
                     h.rx.handle_timeout(h.now);
                 }
                 Op::Loss => h.rx.on_loss(h.now, 3, 0),

@@ -739,3 +739,46 @@ async fn a_silent_server_does_not_freeze_the_rest_of_the_read() {
         s.shutdown().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_on_a_frozen_server_does_not_starve_the_clients_other_reads() {
+    // Server 0 takes requests and never answers (a frozen process); server 1 is healthy.
+    // Both reads share the client's port. The frozen read's grants stay outstanding and its
+    // stalls shrink the port's budget below what they hold: without the port's silence
+    // rule, the healthy read waited for the frozen one's deadline (20 s here).
+    let len = 1 << 20;
+    let cfg = ClientConfig::builder()
+        .read_timeout(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    let c = cluster(&[len, len], &[(0, Duration::MAX)], cfg).await;
+    let client = Arc::new(c.client);
+    let frozen = Stripe::new(vec![Fragment::new(ServerId(0), "blk", 0, len as u64)]).unwrap();
+    let healthy = Stripe::new(vec![Fragment::new(ServerId(1), "blk", 0, len as u64)]).unwrap();
+    let stuck = {
+        let client = client.clone();
+        tokio::spawn(async move { client.fan_in_read(&frozen, &Policy::default()).await })
+    };
+    // Long enough for the frozen read's grants to stall and back off.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let t = Instant::now();
+    let out = tokio::time::timeout(
+        Duration::from_secs(10),
+        client.fan_in_read(&healthy, &Policy::default()),
+    )
+    .await
+    .expect("the healthy read waited 10 s behind the frozen one")
+    .unwrap();
+    let took = t.elapsed();
+    assert!(out.block[..] == object(1, len)[..], "healthy block differs");
+    let port = client.port_stats().expect("reads share the port");
+    println!("healthy read took {took:?}; port: {port:?}");
+    assert!(took < Duration::from_secs(2), "the healthy read took {took:?}");
+    assert!(port.stuck_discounts >= 1);
+    assert!(!stuck.is_finished(), "the frozen read ended early");
+    stuck.abort();
+    let _ = stuck.await;
+    for s in c.servers {
+        s.shutdown().await;
+    }
+}
