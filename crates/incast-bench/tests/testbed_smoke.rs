@@ -101,7 +101,8 @@ fn sweep_json(args: &[&str]) -> Vec<serde_json::Value> {
     let json = dir.join("smoke.jsonl");
     let t = Instant::now();
     let out = Command::new(BIN)
-        .args(["sweep", "--testbed", "--quiet", "--json"])
+        // Exactly --blocks blocks per configuration, as the assertions expect.
+        .args(["sweep", "--testbed", "--quiet", "--min-time", "0s", "--json"])
         .arg(&json)
         .args(args)
         .output()
@@ -377,7 +378,16 @@ fn loopback_sweep_writes_json_csv_and_plot() {
             "--strategies",
             "naive,capped,scheduled,chunked,hedged,default,quic,fallback,blocking",
         ])
-        .args(["--blocks", "4", "--warmup", "1", "--quiet", "--json"])
+        .args([
+            "--blocks",
+            "4",
+            "--warmup",
+            "1",
+            "--min-time",
+            "0s",
+            "--quiet",
+            "--json",
+        ])
         .arg(&json)
         .arg("--csv")
         .arg(&csv)
@@ -406,6 +416,48 @@ fn loopback_sweep_writes_json_csv_and_plot() {
         4,
         "two layouts by two sender counts"
     );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_configuration_reads_past_its_blocks_until_the_minimum_time() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = std::env::temp_dir().join(format!("incast-min-time-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("r.jsonl");
+    let out = Command::new(BIN)
+        .args([
+            "sweep",
+            "--loopback",
+            "--senders",
+            "1",
+            "--sru",
+            "8KiB",
+            "--strategies",
+            "naive",
+        ])
+        .args([
+            "--blocks",
+            "4",
+            "--warmup",
+            "1",
+            "--min-time",
+            "300ms",
+            "--quiet",
+            "--json",
+        ])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(&json).unwrap();
+    let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines[0]["min_time_s"], 0.3);
+    let r = &lines[1];
+    // Four 8 KiB blocks take well under a millisecond on loopback: the rest is min-time's.
+    assert!(r["blocks"].as_u64().unwrap() > 4, "{r}");
+    assert!(r["elapsed_s"].as_f64().unwrap() >= 0.3, "{r}");
+    assert_eq!(r["failed_blocks"], 0, "{r}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
