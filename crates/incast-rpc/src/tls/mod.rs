@@ -5,7 +5,7 @@
 //!
 //! **Plaintext TCP stays the default**, for trusted networks: a storage cluster's back end,
 //! behind its own isolation, where every byte of CPU goes to moving data. TLS costs CPU per
-//! byte on both ends: 1.6-2.4x plaintext's CPU per GiB on this project's 2-core VM, measured
+//! byte on both ends: 1.3-2.4x plaintext's CPU per GiB on this project's 2-core VM, measured
 //! with `incast-bench sweep --loopback --strategies default,tls`. Turn TLS on where the path
 //! or the peers are not trusted:
 //!
