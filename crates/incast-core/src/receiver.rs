@@ -77,11 +77,15 @@
 //!   receiver's own: sharing the port with bulk flows, the reads' own rate made the cap
 //!   shrink with their share, and the share with the cap. B never goes below
 //!   [`ReceiverConfigBuilder::min_budget`] nor above [`ReceiverConfigBuilder::max_budget`].
-//! - **Grant size follows the rate.** A new chunk carries at least [`GRANT_TIME`] at the
-//!   measured rate (at most a quarter of the budget), so on a 10-100 Gbit/s path the request
-//!   overhead does not cap the read, while on a 1 Gbit/s port the policy's chunk stands.
-//!   An enlarged chunk that would leave less than half of itself behind takes the rest
-//!   along: a 256 KiB fragment on loopback was two grants per read, one now and then.
+//! - **Grant size follows the rate and the budget.** A new chunk carries at least
+//!   [`GRANT_TIME`] at the port's rate (the hint, else the largest measured lately; at most a
+//!   quarter of the budget), so on a 10-100 Gbit/s path the request overhead does not cap
+//!   the read, while on a 1 Gbit/s port the policy's chunk stands. An enlarged chunk that
+//!   would leave less than a whole chunk behind takes the rest along: a 256 KiB fragment on
+//!   loopback was two grants per read, now and then, where `naive` sends one request.
+//!   A budget under [`MIN_GRANTS_PER_BUDGET`] policy chunks shrinks the chunk to half the
+//!   budget (never under [`MIN_CHUNK`]), so that one grant transfers while the next one's
+//!   request travels instead of one grant at a time.
 //! - **Timeouts learn from spurious hedges.** A hedge whose original still completed first
 //!   doubles a port-wide multiplier of the grant timeouts (up to [`MAX_TIMEOUT_SCALE`]); a
 //!   hedge that won lowers it by one. (Eifel/F-RTO do the same for TCP's RTO.)
@@ -92,6 +96,24 @@
 //!   at about the port's rate, where unpaced each sender's NIC bursts at its line rate and a
 //!   few of them at once overflow a shallow buffer. Measured results and why it is off by
 //!   default: see the README.
+//!
+//! # A buffer shallower than the target
+//!
+//! The target delay holds the budget below the point where the port's buffer overflows only
+//! if the buffer can hold that much queue: a 32 KiB port at 1 Gbit/s holds 262 us, over the
+//! default 200 us target, but a 16 KiB port only 131 us. There the queue never reached the
+//! target, only loss bounded the budget, and DCTCP's `alpha / 2` (small when loss is
+//! steady) kept it at the edge: hundreds of loss decreases per configuration, 58-97% of the
+//! line rate and up to 115 kernel RTOs (README, *Other port buffers*). So the receiver
+//! learns the target from the loss: at a loss decrease, while the queue is its own, the
+//! target becomes [`LOSS_TARGET_SHARE`] of the largest queueing delay seen since the
+//! previous loss decrease, the queue at which the buffer overflowed (about its size over its
+//! rate), never under [`MIN_TARGET_DELAY`] nor over the configured target. The learnt target
+//! holds growth and bounds the budget's cap (the bandwidth-delay product plus the target
+//! queue), not the severe-delay decrease; it lapses [`BASE_RTT_WINDOW`] after the loss that
+//! set it, so a path whose buffer grew is probed again. This is Swift's target delay with
+//! its level found from the path, as BBR finds its rate; on a path without loss (loopback,
+//! deep buffers) nothing changes.
 //!
 //! The start: [`ReceiverConfig::for_port`] starts B at [`crate::model::recommend`]'s budget
 //! for the port's rate and buffer; without a hint, at [`DEFAULT_INITIAL_BUDGET`] (the
@@ -204,6 +226,23 @@ pub const BASE_RTT_WINDOW: Duration = Duration::from_secs(10);
 pub const GRANT_TIME: Duration = Duration::from_micros(100);
 /// A new chunk is at most the budget over this (4), so several grants share the budget.
 pub const GRANTS_PER_BUDGET: u64 = 4;
+/// A budget under this many policy chunks (2) spends itself in smaller chunks, so that one
+/// grant transfers while the next one's request travels: with one 16 KiB grant at a time, a
+/// 16 KiB port read 58-72% of the line rate (README, *Other port buffers*).
+pub const MIN_GRANTS_PER_BUDGET: u64 = 2;
+/// The smallest chunk a small budget shrinks the policy's chunk to (4 KiB: about three
+/// segments, so a response still ends with enough segments behind a loss for fast
+/// retransmit's duplicate ACKs).
+pub const MIN_CHUNK: u64 = 4 * 1024;
+/// After a loss, the target delay becomes this share (1/2) of the largest queueing delay
+/// the port's own grants built since the previous decrease: the queue at which the port's
+/// buffer overflowed, about its size over its rate. See "A buffer shallower than the target"
+/// in the module docs.
+pub const LOSS_TARGET_SHARE: f64 = 0.5;
+/// The learnt target never goes under this (50 us: the scheduling noise of first-byte
+/// times on a loaded 2-core host is of this order, and a target under the noise would hold
+/// growth on every sample).
+pub const MIN_TARGET_DELAY: Duration = Duration::from_micros(50);
 /// Queueing delay above this many targets shrinks the budget (Swift's decrease); between
 /// one and this many, it only stops the budget's growth (16).
 pub const SEVERE_DELAY_FACTOR: u32 = 16;
@@ -541,6 +580,9 @@ pub struct ReceiverStats {
     /// The port's rate as the receiver knows it: the hint, else the largest smoothed rate
     /// measured lately; bytes per second.
     pub link_rate_bytes_per_sec: Option<f64>,
+    /// The target delay learnt at the last loss, if any (see "A buffer shallower than the
+    /// target" in the module docs); it is in force for [`BASE_RTT_WINDOW`] after that loss.
+    pub learnt_target: Option<Duration>,
     /// Queueing-delay samples above the target that held growth (the receiver's own queue).
     pub delay_holds: u64,
     /// Queueing-delay samples above the target that did not hold growth: the receiver took
@@ -661,6 +703,11 @@ pub struct Receiver {
     stuck: u64,
     /// DCTCP's alpha: the smoothed share of responses that saw loss.
     alpha: f64,
+    /// The largest queueing delay of the receiver's own queue since the last loss decrease.
+    peak_delay: Duration,
+    /// The target learnt at the last loss, and when ([`LOSS_TARGET_SHARE`]); it lapses
+    /// after [`BASE_RTT_WINDOW`].
+    learnt_target: Option<(Duration, Instant)>,
     ends: u64,
     lossy: u64,
     loss_window_start: Option<Instant>,
@@ -681,6 +728,8 @@ impl Receiver {
             alive_at: None,
             stuck: 0,
             alpha: 1.0,
+            peak_delay: Duration::ZERO,
+            learnt_target: None,
             ends: 0,
             lossy: 0,
             loss_window_start: None,
@@ -1005,8 +1054,8 @@ impl Receiver {
         if retransmits + rtos > 0 {
             self.lossy += 1;
         }
-        if rtos > 0 && self.decrease(now, 1.0 - LOSS_DECREASE) {
-            self.stats.loss_decreases += 1;
+        if rtos > 0 {
+            self.loss_decrease(now, 1.0 - LOSS_DECREASE);
         }
         self.loss_window(now);
     }
@@ -1021,12 +1070,38 @@ impl Receiver {
         }
         let frac = self.lossy as f64 / self.ends as f64;
         self.alpha = self.alpha * (1.0 - ALPHA_GAIN) + frac.min(1.0) * ALPHA_GAIN;
-        if self.lossy > 0 && self.decrease(now, 1.0 - self.alpha / 2.0) {
-            self.stats.loss_decreases += 1;
+        if self.lossy > 0 {
+            self.loss_decrease(now, 1.0 - self.alpha / 2.0);
         }
         self.ends = 0;
         self.lossy = 0;
         self.loss_window_start = Some(now);
+    }
+
+    /// A decrease on loss: when the queue is the receiver's own, the target delay becomes
+    /// [`LOSS_TARGET_SHARE`] of the largest queueing delay since the previous one (the
+    /// queue at which the buffer overflowed), never under [`MIN_TARGET_DELAY`] nor over the
+    /// configured target.
+    fn loss_decrease(&mut self, now: Instant, f: f64) {
+        if !self.decrease(now, f) {
+            return;
+        }
+        self.stats.loss_decreases += 1;
+        let peak = std::mem::take(&mut self.peak_delay);
+        if peak > Duration::ZERO && self.queue_is_ours() {
+            let t = peak
+                .mul_f64(LOSS_TARGET_SHARE)
+                .clamp(MIN_TARGET_DELAY, self.config.target_delay);
+            self.learnt_target = Some((t, now));
+        }
+    }
+
+    /// The target delay in force: the learnt one while it lasts, else the configured one.
+    fn target(&self, now: Instant) -> Duration {
+        match self.learnt_target {
+            Some((t, at)) if now < at + BASE_RTT_WINDOW => t,
+            _ => self.config.target_delay,
+        }
     }
 
     // ----- state -----
@@ -1066,6 +1141,7 @@ impl Receiver {
             base_rtt: self.base_rtt.map(|(d, _)| d),
             rate_bytes_per_sec: self.rate,
             link_rate_bytes_per_sec: self.link_rate(),
+            learnt_target: self.learnt_target.map(|(t, _)| t),
             stuck: self.stuck,
             ..self.stats
         }
@@ -1225,10 +1301,11 @@ impl Receiver {
             new_sender: self.senders == 0 || self.senders < self.config.max_senders,
             hedge_room: self.hedge_tokens,
             ahead: self.ahead(),
-            grant: match self.rate {
+            grant: match self.link_rate() {
                 Some(r) => ((r * GRANT_TIME.as_secs_f64()) as u64).min(self.budget / GRANTS_PER_BUDGET),
                 None => 0,
             },
+            max_chunk: (self.budget / MIN_GRANTS_PER_BUDGET).max(MIN_CHUNK),
             timeout_scale: self.timeout_scale,
         }
     }
@@ -1353,7 +1430,7 @@ impl Receiver {
             self.loss_window(now);
         }
         if done > 0 && self.hold_until.is_none_or(|t| now >= t) {
-            self.grow(done);
+            self.grow(now, done);
         }
     }
 
@@ -1375,20 +1452,26 @@ impl Receiver {
             r.delay_sum += delay;
             r.port.delay_max = r.port.delay_max.max(delay);
         }
-        let target = self.config.target_delay;
-        if delay <= target {
+        let target = self.target(now);
+        if !self.queue_is_ours() {
+            if delay > target {
+                self.stats.foreign_delays += 1;
+            }
             return;
         }
-        if !self.queue_is_ours() {
-            self.stats.foreign_delays += 1;
+        self.peak_delay = self.peak_delay.max(delay);
+        if delay <= target {
             return;
         }
         // Above the target the budget stops growing for a round trip; only far above it (a
         // queue the port cannot hold) does it shrink.
         self.stats.delay_holds += 1;
         self.hold_until = Some(now + self.srtt.unwrap_or(target));
-        if delay > target * SEVERE_DELAY_FACTOR {
-            let excess = (delay - target).as_secs_f64() / delay.as_secs_f64();
+        // Severe is judged against the configured target: a learnt one is a buffer's size,
+        // not a sign of how much delay the path can take.
+        let severe = self.config.target_delay;
+        if delay > severe * SEVERE_DELAY_FACTOR {
+            let excess = (delay - severe).as_secs_f64() / delay.as_secs_f64();
             let f = (1.0 - BETA * excess).max(1.0 - MAX_DECREASE);
             if self.decrease(now, f) {
                 self.stats.delay_decreases += 1;
@@ -1473,7 +1556,7 @@ impl Receiver {
         true
     }
 
-    fn grow(&mut self, delivered: u64) {
+    fn grow(&mut self, now: Instant, delivered: u64) {
         if !self.config.adaptive {
             return;
         }
@@ -1484,7 +1567,7 @@ impl Receiver {
         // 256 senders on the testbed, with 40% more drops and 5% less goodput, and did not
         // lift 16 concurrent loopback reads, which the delay hold keeps down.)
         if let (Some(rate), Some(rtt)) = (self.link_rate(), self.base_rtt.map(|(d, _)| d).or(self.srtt)) {
-            let bdp = rate * (rtt + self.config.target_delay).as_secs_f64();
+            let bdp = rate * (rtt + self.target(now)).as_secs_f64();
             if self.budget as f64 >= OVERCOMMIT * bdp {
                 return;
             }
@@ -1526,17 +1609,17 @@ mod tests {
     fn the_report_splits_admission_wait_from_transfer() {
         let cfg = ReceiverConfig::builder()
             .adaptive(false)
-            .min_budget(16 * 1024)
-            .initial_budget(16 * 1024)
+            .min_budget(MIN_CHUNK)
+            .initial_budget(MIN_CHUNK)
             .build()
             .unwrap();
         let mut rx = Receiver::new(cfg);
         let t = Instant::now();
-        let stripe = Stripe::fixed_block("x", &servers(1), 16 * 1024).unwrap();
+        let stripe = Stripe::fixed_block("x", &servers(1), MIN_CHUNK).unwrap();
         let a = rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
         let b = rx.start_read(t, &stripe, &Policy::default(), 2, ReadOptions::default());
         let g = requests(&mut rx, t);
-        assert_eq!(g.len(), 1, "one 16 KiB grant fills the budget");
+        assert_eq!(g.len(), 1, "one 4 KiB grant fills the budget");
         let ms = Duration::from_millis(1);
         finish(&mut rx, t + ms, g[0].0, &g[0].1);
         let g = requests(&mut rx, t + ms);
@@ -1574,9 +1657,11 @@ mod tests {
 
     #[test]
     fn shortest_remaining_first_then_priority_then_aging() {
+        // A budget of the smallest chunk: one grant at a time.
         let cfg = ReceiverConfig::builder()
             .adaptive(false)
-            .initial_budget(16 * 1024)
+            .min_budget(MIN_CHUNK)
+            .initial_budget(MIN_CHUNK)
             .build()
             .unwrap();
         let mut rx = Receiver::new(cfg);
@@ -1678,6 +1763,69 @@ mod tests {
             b1 < b0 && b1 as f64 >= b0 as f64 * (1.0 - MAX_DECREASE) - 1.0,
             "{b0} -> {b1}"
         );
+    }
+
+    #[test]
+    fn a_loss_teaches_the_target_the_queue_at_which_the_buffer_overflowed() {
+        // A port whose buffer holds 120 us of queue: the default 200 us target is never
+        // reached, so without the learnt target no delay sample would hold growth.
+        let mut rx = Receiver::new(ReceiverConfig::default());
+        let t = Instant::now();
+        let stripe = Stripe::fixed_sru("a", &servers(64), 64 * 1024).unwrap();
+        let one_deep = Policy::builder().pipeline_depth(1).build().unwrap();
+        let k = rx.start_read(t, &stripe, &one_deep, 1, ReadOptions::default());
+        let mut gs = requests(&mut rx, t);
+        gs.dedup_by_key(|(_, g)| g.server);
+        assert!(gs.len() >= 4);
+        let us = Duration::from_micros;
+        // Base RTT 50 us, then a first byte 120 us above it: under the target, no hold.
+        rx.on_bytes(t + us(50), k, gs[0].1.id, 1).unwrap();
+        rx.on_bytes(t + us(170), k, gs[1].1.id, 1).unwrap();
+        assert_eq!((rx.stats().delay_holds, rx.stats().learnt_target), (0, None));
+        // The buffer overflows: a response reports retransmits; a round trip later the loss
+        // window closes and the budget shrinks.
+        let lossy = t + us(400);
+        rx.on_loss(lossy, 3, 0);
+        rx.on_loss(lossy + Duration::from_millis(1), 0, 0);
+        assert_eq!(rx.stats().loss_decreases, 1);
+        assert_eq!(rx.stats().learnt_target, Some(us(60)), "half of the 120 us peak");
+        // Now a first byte 100 us above the base RTT, under the default target, holds growth.
+        let later = lossy + Duration::from_millis(2);
+        rx.on_bytes(later, k, gs[2].1.id, 1).unwrap();
+        assert_eq!(rx.stats().delay_holds, 1);
+        let b0 = rx.budget();
+        rx.on_bytes(later, k, gs[2].1.id, gs[2].1.len - 1).unwrap();
+        rx.on_done(later, k, gs[2].1.id).unwrap();
+        assert_eq!(rx.budget(), b0, "held at the learnt target");
+        // It lapses after BASE_RTT_WINDOW: the same delay no longer holds.
+        let lapsed = lossy + BASE_RTT_WINDOW + Duration::from_millis(3);
+        rx.on_bytes(lapsed - us(100), k, gs[3].1.id, 0).unwrap();
+        rx.on_bytes(lapsed, k, gs[3].1.id, 1).unwrap();
+        assert_eq!(rx.target(lapsed), DEFAULT_TARGET_DELAY);
+    }
+
+    #[test]
+    fn a_small_budget_is_spent_in_smaller_chunks() {
+        let budget = 24 * 1024;
+        let cfg = ReceiverConfig::builder()
+            .adaptive(false)
+            .initial_budget(budget)
+            .build()
+            .unwrap();
+        let mut rx = Receiver::new(cfg);
+        let t = Instant::now();
+        let stripe = Stripe::fixed_sru("a", &servers(8), 64 * 1024).unwrap();
+        rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
+        let gs = requests(&mut rx, t);
+        // Half the budget each (12 KiB, under the policy's 16 KiB): two grants in flight.
+        assert_eq!(
+            gs.iter().map(|(_, g)| g.len).collect::<Vec<_>>(),
+            [budget / 2, budget / 2]
+        );
+        // A budget of two policy chunks or more keeps the policy's chunk.
+        let mut rx = Receiver::new(ReceiverConfig::builder().adaptive(false).build().unwrap());
+        rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
+        assert!(requests(&mut rx, t).iter().all(|(_, g)| g.len == 16 * 1024));
     }
 
     #[test]

@@ -30,7 +30,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use incast_core::receiver::{ReadKey, ReadOptions, Receiver, ReceiverConfig, PORT_SILENCE};
+use incast_core::receiver::{ReadKey, ReadOptions, Receiver, ReceiverConfig, MIN_CHUNK, PORT_SILENCE};
 use incast_core::{
     Action, Delivery, Fragment, GrantId, GrantKind, GrantSize, Hedging, Policy, RtoBounds, ServerId, Stripe,
 };
@@ -147,6 +147,8 @@ struct Live {
 
 struct ReadModel {
     stripe: Stripe,
+    /// The policy's chunk (0: whole fragments).
+    chunk: u64,
     /// Confirmed ranges, start -> end.
     confirmed: BTreeMap<u64, u64>,
     started_at: Instant,
@@ -279,6 +281,19 @@ impl Harness {
                     self.senders_cap
                 );
                 let m = &self.reads[&read];
+                // A new chunk is the policy's chunk, shrunk to half a small budget (never
+                // under MIN_CHUNK) or enlarged for the rate, runt included, to under half the
+                // budget.
+                if !rerequest && m.chunk > 0 {
+                    let bound = m.chunk.min((budget / 2).max(MIN_CHUNK)).max(budget / 2);
+                    prop_assert!(
+                        g.len <= bound,
+                        "grant of {} with a {}-byte policy chunk and a budget of {}",
+                        g.len,
+                        m.chunk,
+                        budget
+                    );
+                }
                 let f = m.stripe.fragment(g.fragment);
                 prop_assert!(f.server() == g.server || f.replicas().contains(&g.server));
                 let range = m.stripe.block_range(g.fragment);
@@ -515,7 +530,10 @@ proptest! {
                 pending.remove(0);
                 let stripe = stripe_of(spec, servers, i as u64);
                 let key = h.rx.start_read(h.now, &stripe, &policy_of(spec), i as u64, ReadOptions { priority: spec.priority });
-                h.reads.insert(key, ReadModel { stripe, confirmed: BTreeMap::new(), started_at: h.now });
+                h.reads.insert(
+                    key,
+                    ReadModel { stripe, chunk: spec.chunk, confirmed: BTreeMap::new(), started_at: h.now },
+                );
             }
         };
         for (step, op) in ops.iter().enumerate() {
