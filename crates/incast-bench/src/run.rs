@@ -226,6 +226,14 @@ pub struct Measurement {
     /// Times the port went silent and stopped counting the bytes then outstanding
     /// (`ReceiverStats::stuck_discounts`).
     pub stuck_discounts: u64,
+    /// Queueing-delay samples above the target that held the budget's growth
+    /// (`ReceiverStats::delay_holds`).
+    pub delay_holds: u64,
+    /// The target delay the port learnt at its last loss, microseconds (0: none learnt, the
+    /// configured target applied; `ReceiverStats::learnt_target`).
+    pub learnt_target_us: f64,
+    /// The port's base RTT at the end, microseconds (0: not measured).
+    pub base_rtt_us: f64,
     /// Whether reads came in batches of `concurrency` started together (else each reader
     /// starts its next read as its last one ends).
     pub batch: bool,
@@ -515,6 +523,9 @@ pub async fn measure(
             let mut m = m.borrow_mut();
             m.budget_decreases = [p.delay_decreases, p.loss_decreases, p.stall_decreases];
             m.stuck_discounts = p.stuck_discounts;
+            m.delay_holds = p.delay_holds;
+            m.learnt_target_us = p.learnt_target.map_or(0.0, |d| d.as_secs_f64() * 1e6);
+            m.base_rtt_us = p.base_rtt.map_or(0.0, |d| d.as_secs_f64() * 1e6);
         }
     }
     let bulk = background.bytes().saturating_sub(bulk_before);
