@@ -1739,18 +1739,25 @@ mod tests {
         assert_eq!(rx.budget(), (b / 2).max(DEFAULT_MIN_BUDGET), "never below the floor");
     }
 
-    #[test]
-    fn queueing_delay_holds_growth_and_far_above_target_shrinks() {
+    /// A default receiver with one read over 64 servers at pipeline depth 1, and its first
+    /// grants, one per server: each on an idle connection, so each first byte is a clean
+    /// queueing-delay sample.
+    fn one_grant_per_server(t: Instant) -> (Receiver, ReadKey, Vec<(ReadKey, crate::Grant)>) {
         let mut rx = Receiver::new(ReceiverConfig::default());
-        let t = Instant::now();
         let stripe = Stripe::fixed_sru("a", &servers(64), 64 * 1024).unwrap();
         let one_deep = Policy::builder().pipeline_depth(1).build().unwrap();
         let k = rx.start_read(t, &stripe, &one_deep, 1, ReadOptions::default());
-        // A clean sample at 50 us sets the base RTT.
-        // One grant per server: each on an idle connection, each a clean sample.
         let mut gs = requests(&mut rx, t);
         gs.dedup_by_key(|(_, g)| g.server);
-        assert!(gs.len() >= 3);
+        assert!(gs.len() >= 4, "the budget admits four servers at least");
+        (rx, k, gs)
+    }
+
+    #[test]
+    fn queueing_delay_holds_growth_and_far_above_target_shrinks() {
+        let t = Instant::now();
+        let (mut rx, k, gs) = one_grant_per_server(t);
+        // A clean sample at 50 us sets the base RTT.
         let at = t + Duration::from_micros(50);
         rx.on_bytes(at, k, gs[0].1.id, 1).unwrap();
         let b0 = rx.budget();
@@ -1780,14 +1787,8 @@ mod tests {
     fn a_loss_teaches_the_target_the_queue_at_which_the_buffer_overflowed() {
         // A port whose buffer holds 120 us of queue: the default 200 us target is never
         // reached, so without the learnt target no delay sample would hold growth.
-        let mut rx = Receiver::new(ReceiverConfig::default());
         let t = Instant::now();
-        let stripe = Stripe::fixed_sru("a", &servers(64), 64 * 1024).unwrap();
-        let one_deep = Policy::builder().pipeline_depth(1).build().unwrap();
-        let k = rx.start_read(t, &stripe, &one_deep, 1, ReadOptions::default());
-        let mut gs = requests(&mut rx, t);
-        gs.dedup_by_key(|(_, g)| g.server);
-        assert!(gs.len() >= 4);
+        let (mut rx, k, gs) = one_grant_per_server(t);
         let us = Duration::from_micros;
         // Base RTT 50 us, then a first byte 120 us above it: under the target, no hold.
         rx.on_bytes(t + us(50), k, gs[0].1.id, 1).unwrap();
