@@ -8,15 +8,42 @@
 //! has into the outbox of the read it belongs to and wakes that read's driver. So the port's
 //! order (shortest remaining read first) holds across tasks, and a read never waits for its
 //! own next event to learn that the port has room for it.
+//!
+//! # One timer for the port
+//!
+//! The reads' deadlines (a stalled grant's hedge, a held read's silence check) wake their
+//! drivers through one high-resolution timer per port, kept by a small task (the "keeper"),
+//! not through one timerfd per read. Arming a timer that expires before the kernel's next
+//! tick reprograms the CPU's timer; on a virtual machine that is an exit to the hypervisor,
+//! on arming and again on cancelling. A read's stall deadline is a millisecond or two away
+//! and the read usually ends first, so a timer per read paid that twice per read for a timer
+//! that almost never fired. Measured on the 2-core VM (Linux 6.18, lapic-deadline clock
+//! events, HZ=250), loopback, 16 concurrent reads of 256 KiB from one server: the per-read
+//! timer cost 2 `timerfd_settime` per read and about 20% of the goodput (see the README's
+//! rerun of 2026-11-24, third session).
+//!
+//! The keeper arms the earliest deadline of all reads, and re-arms only when a read asks for
+//! an earlier one or the armed one has passed: a deadline that moves later (its read ended, or
+//! its grant completed) leaves the timer armed, and it fires once for nothing. When it fires,
+//! the keeper wakes every read whose deadline has passed (the same notify that routes grants);
+//! the read's driver reads its sockets first and then fires its timers, as it did with its
+//! own timer. A driver that finds its deadline passed handles it without waiting for the
+//! keeper, so the keeper skips deadlines it already woke a read for (no busy loop on a read
+//! that is busy elsewhere). The keeper holds the port weakly and ends with it; it runs on
+//! the runtime of the read that found it missing, and a read that finds it gone (its runtime
+//! shut down) starts another.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::io;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Instant;
 
 use incast_core::receiver::{FinishedRead, ReadKey, ReadOptions, Receiver, ReceiverConfig, ReceiverStats};
 use incast_core::Stripe;
 use incast_core::{Action, Delivery, EventError, GrantId, Policy, ReadError, RttEstimator, Scheduler, SchedulerStats};
 use tokio::sync::Notify;
+
+use crate::timer::HrTimer;
 
 /// How a client's concurrent reads share its port.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -47,6 +74,20 @@ struct Inner {
     /// The budget last seen, for the `tracing` event of a change.
     #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
     budget: u64,
+    clock: Clock,
+}
+
+/// The port's side of its one timer (see "One timer for the port").
+#[derive(Debug, Default)]
+struct Clock {
+    /// The deadline the keeper's timer is armed for; `None` while disarmed or just fired.
+    armed: Option<Instant>,
+    /// The keeper task, while one was started.
+    keeper: Option<tokio::task::AbortHandle>,
+    /// Wakes the keeper: a read wants an earlier deadline, or the port is gone.
+    wake: Arc<Notify>,
+    /// Why the keeper stopped, if its timer failed: every read then fails with it.
+    failed: Option<(io::ErrorKind, String)>,
 }
 
 impl Inner {
@@ -74,6 +115,98 @@ impl Inner {
             }
         }
     }
+
+    /// The earliest deadline of the live reads, skipping those at or before `woken` (their
+    /// reads were woken for them and handle them when they run).
+    fn next_deadline(&mut self, woken: Option<Instant>) -> Option<Instant> {
+        let Inner { rx, outboxes, .. } = self;
+        outboxes
+            .keys()
+            .filter_map(|k| rx.poll_timeout_of(*k))
+            .filter(|t| woken.is_none_or(|w| *t > w))
+            .min()
+    }
+
+    /// Wakes every read whose deadline is at or before `now`.
+    fn wake_due(&mut self, now: Instant) {
+        let Inner { rx, outboxes, .. } = self;
+        for (k, o) in outboxes.iter() {
+            if rx.poll_timeout_of(*k).is_some_and(|t| t <= now) {
+                o.notify.notify_one();
+            }
+        }
+    }
+
+    /// Read `deadline` is due then: wakes the keeper if its timer is armed later (or not at
+    /// all), and starts a keeper if none runs.
+    fn want(&mut self, port: &Arc<Port>, deadline: Instant) {
+        if self
+            .clock
+            .keeper
+            .as_ref()
+            .is_none_or(tokio::task::AbortHandle::is_finished)
+            && self.clock.failed.is_none()
+        {
+            self.clock.armed = None;
+            self.clock.keeper = tokio::runtime::Handle::try_current().ok().map(|h| {
+                h.spawn(keep_time(Arc::downgrade(port), self.clock.wake.clone()))
+                    .abort_handle()
+            });
+        }
+        if self.clock.armed.is_none_or(|a| deadline < a) {
+            self.clock.wake.notify_one();
+        }
+    }
+}
+
+/// The keeper: arms the port's one timer for the reads' earliest deadline and wakes the reads
+/// whose deadlines passed. Ends when the port is dropped, or when its timer fails (recorded
+/// for the reads to report).
+async fn keep_time(port: Weak<Port>, wake: Arc<Notify>) {
+    let fail = |e: io::Error| {
+        if let Some(p) = port.upgrade() {
+            let mut g = p.lock();
+            g.clock.failed = Some((e.kind(), e.to_string()));
+            for o in g.outboxes.values() {
+                o.notify.notify_one();
+            }
+        }
+    };
+    let mut timer = match HrTimer::new() {
+        Ok(t) => t,
+        Err(e) => return fail(e),
+    };
+    let mut woken: Option<Instant> = None;
+    loop {
+        {
+            let Some(p) = port.upgrade() else { return };
+            let mut g = p.lock();
+            let next = g.next_deadline(woken);
+            // Later deadlines leave the timer armed: one spurious firing costs less than a
+            // re-arm on every read that ends before its deadline.
+            if timer.deadline().is_none_or(|armed| next.is_some_and(|n| n < armed)) {
+                if let Err(e) = timer.set(next) {
+                    drop(g);
+                    return fail(e);
+                }
+            }
+            g.clock.armed = timer.deadline();
+        }
+        tokio::select! {
+            fired = timer.fired() => {
+                if let Err(e) = fired {
+                    return fail(e);
+                }
+                let now = Instant::now();
+                woken = Some(now);
+                let Some(p) = port.upgrade() else { return };
+                let mut g = p.lock();
+                g.clock.armed = None;
+                g.wake_due(now);
+            }
+            _ = wake.notified() => {}
+        }
+    }
 }
 
 /// The shared receiver of one client.
@@ -91,6 +224,7 @@ impl Port {
                     budget: rx.budget(),
                     rx,
                     outboxes: HashMap::new(),
+                    clock: Clock::default(),
                 }
             }),
         }
@@ -102,6 +236,16 @@ impl Port {
 
     pub(crate) fn stats(&self) -> ReceiverStats {
         self.lock().rx.stats()
+    }
+}
+
+impl Drop for Port {
+    fn drop(&mut self) {
+        let g = self.lock();
+        if let Some(k) = &g.clock.keeper {
+            k.abort();
+        }
+        g.clock.wake.notify_one();
     }
 }
 
@@ -199,11 +343,30 @@ impl ReadSched {
         }
     }
 
-    pub(crate) fn poll_timeout(&mut self) -> Option<Instant> {
+    /// The read's next deadline. A shared read is woken for it by the port's keeper (through
+    /// [`ReadSched::notify`]); a read alone arms its own timer. `Err`: the port's timer
+    /// failed, so a shared read cannot be woken for its deadlines.
+    pub(crate) fn poll_timeout(&mut self) -> io::Result<Option<Instant>> {
         match self {
-            ReadSched::Own(s) => s.poll_timeout(),
-            ReadSched::Shared(s) => s.port.lock().rx.poll_timeout_of(s.key),
+            ReadSched::Own(s) => Ok(s.poll_timeout()),
+            ReadSched::Shared(s) => {
+                let mut g = s.port.lock();
+                if let Some((kind, why)) = &g.clock.failed {
+                    return Err(io::Error::new(*kind, why.clone()));
+                }
+                let t = g.rx.poll_timeout_of(s.key);
+                if let Some(t) = t {
+                    g.want(&s.port, t);
+                }
+                Ok(t)
+            }
         }
+    }
+
+    /// Whether the port's keeper wakes this read for its deadlines (else the caller keeps
+    /// its own timer).
+    pub(crate) fn port_keeps_time(&self) -> bool {
+        matches!(self, ReadSched::Shared(_))
     }
 
     pub(crate) fn handle_timeout(&mut self, now: Instant) {

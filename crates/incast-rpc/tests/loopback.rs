@@ -163,18 +163,7 @@ async fn a_hung_server_times_out_naming_it_and_a_replica_rescues_the_read() {
         t.elapsed()
     );
     // With server 4 holding a replica of fragment 2 (same bytes), the hedge completes the read.
-    let store = MemStore::new();
-    store.insert("blk", object(2, 64 * 1024));
-    let replica = serve("127.0.0.1:0".parse().unwrap(), store, ServerConfig::default())
-        .await
-        .unwrap();
-    let mut addrs: Vec<_> = c
-        .servers
-        .iter()
-        .enumerate()
-        .map(|(i, h)| (ServerId(i as u32), h.local_addr()))
-        .collect();
-    addrs[4].1 = replica.local_addr();
+    let (addrs, stripe, policy, _replica) = with_a_replica_of_the_hung_fragment(&c.servers).await;
     let client = Client::with_config(
         addrs,
         ClientConfig::builder()
@@ -182,6 +171,39 @@ async fn a_hung_server_times_out_naming_it_and_a_replica_rescues_the_read() {
             .build()
             .unwrap(),
     );
+    let out = client.fan_in_read(&stripe, &policy).await.unwrap();
+    assert!(out.block == expected(&lens));
+    assert_eq!(out.report.fragments[2].server, Some(ServerId(4)), "{:?}", out.report);
+    assert!(out.report.fragments[2].hedges >= 1, "{:?}", out.report);
+    assert!(out.report.elapsed < Duration::from_millis(500), "{:?}", out.report);
+    // The client's totals carry the read's hedges for a service's metrics.
+    let n = client.counters();
+    assert_eq!((n.reads, n.reads_failed, n.bytes), (1, 0, 4 * 64 * 1024));
+    assert_eq!(n.hedges, out.report.stats.hedges);
+    assert_eq!(
+        n.hedges_won + n.hedges_spurious,
+        out.report.stats.hedges_won + out.report.stats.hedges_spurious
+    );
+    assert!(n.hedges >= 1 && n.grants >= 4, "{n:?}");
+}
+
+/// For the cluster of `a_hung_server_...` (server 2 never answers): a replica of server 2's
+/// object on a new server in place of server 4, the stripe of four 64 KiB fragments with
+/// fragment 2 also on server 4, and a policy that hedges fast. Keep the handle alive.
+async fn with_a_replica_of_the_hung_fragment(
+    servers: &[ServerHandle],
+) -> (Vec<(ServerId, std::net::SocketAddr)>, Stripe, Policy, ServerHandle) {
+    let store = MemStore::new();
+    store.insert("blk", object(2, 64 * 1024));
+    let replica = serve("127.0.0.1:0".parse().unwrap(), store, ServerConfig::default())
+        .await
+        .unwrap();
+    let mut addrs: Vec<_> = servers
+        .iter()
+        .enumerate()
+        .map(|(i, h)| (ServerId(i as u32), h.local_addr()))
+        .collect();
+    addrs[4].1 = replica.local_addr();
     let frags = (0..4u32)
         .map(|i| {
             let f = Fragment::new(ServerId(i), "blk", 0, 64 * 1024);
@@ -208,20 +230,43 @@ async fn a_hung_server_times_out_naming_it_and_a_replica_rescues_the_read() {
         })
         .build()
         .unwrap();
-    let out = client.fan_in_read(&Stripe::new(frags).unwrap(), &policy).await.unwrap();
-    assert!(out.block == expected(&lens));
-    assert_eq!(out.report.fragments[2].server, Some(ServerId(4)), "{:?}", out.report);
-    assert!(out.report.fragments[2].hedges >= 1, "{:?}", out.report);
-    assert!(out.report.elapsed < Duration::from_millis(500), "{:?}", out.report);
-    // The client's totals carry the read's hedges for a service's metrics.
-    let n = client.counters();
-    assert_eq!((n.reads, n.reads_failed, n.bytes), (1, 0, 4 * 64 * 1024));
-    assert_eq!(n.hedges, out.report.stats.hedges);
-    assert_eq!(
-        n.hedges_won + n.hedges_spurious,
-        out.report.stats.hedges_won + out.report.stats.hedges_spurious
-    );
-    assert!(n.hedges >= 1 && n.grants >= 4, "{n:?}");
+    (addrs, Stripe::new(frags).unwrap(), policy, replica)
+}
+
+/// The port's timer keeper runs on the runtime of the read that started it. A client that
+/// moves to another runtime after the first one shut down still hedges a stalled grant (a
+/// read there starts a new keeper) instead of waiting for the read's deadline (2 s here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_moved_to_another_runtime_still_hedges_in_time() {
+    let c = cluster(&[64 * 1024; 5], &[(2, Duration::MAX)], ClientConfig::default()).await;
+    let (addrs, stripe, policy, _replica) = with_a_replica_of_the_hung_fragment(&c.servers).await;
+    let cfg = ClientConfig::builder()
+        .read_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let client = Arc::new(Client::with_config(addrs, cfg));
+    let lens = vec![64 * 1024; 4];
+    for round in 0..3 {
+        let (client, stripe, policy) = (client.clone(), stripe.clone(), policy.clone());
+        // A runtime of its own per round, dropped at the end of the round.
+        let out = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(client.fan_in_read(&stripe, &policy))
+        })
+        .join()
+        .unwrap()
+        .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        assert!(out.block == expected(&lens), "round {round}");
+        assert!(out.report.fragments[2].hedges >= 1, "round {round}: {:?}", out.report);
+        assert!(
+            out.report.elapsed < Duration::from_millis(500),
+            "round {round}: {:?}",
+            out.report
+        );
+    }
 }
 
 /// `Client::counters` sums every read: successes, refusals and failures, never a failed

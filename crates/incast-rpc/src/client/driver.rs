@@ -158,9 +158,13 @@ pub(super) struct Conn {
     counters: Option<TcpCounters>,
     broken: bool,
     waiting: bool,
+    /// The runtime whose reactor the socket is registered with: the pool hands it only to
+    /// reads on that runtime (a socket of a runtime that shut down never becomes ready).
+    pub(super) runtime: tokio::runtime::Id,
 }
 
-type Ready = Pin<Box<dyn Future<Output = usize> + Send>>;
+/// A watched connection became readable (or waiting on it failed).
+type Ready = Pin<Box<dyn Future<Output = (usize, io::Result<()>)> + Send>>;
 /// An open connection, its TLS session if it has one, and how its socket was tuned.
 type Opened = (TcpStream, Option<Session>, TuningReport);
 /// A connection being opened: its server, lane and address, and the outcome.
@@ -194,6 +198,8 @@ pub(super) struct Driver<'a> {
     tuning: SocketTuning,
     pub(super) report: ReadReport,
     start: Instant,
+    /// The runtime the read runs on (for the pool's connections).
+    runtime: tokio::runtime::Id,
     last_cause: String,
     /// Requests running as tasks (QUIC streams), by grant.
     streams: HashMap<GrantId, StreamGrant>,
@@ -254,6 +260,7 @@ impl<'a> Driver<'a> {
                 ..ReadReport::default()
             },
             start,
+            runtime: tokio::runtime::Handle::current().id(),
             last_cause: String::new(),
             streams: HashMap::new(),
             tasks: JoinSet::new(),
@@ -269,7 +276,12 @@ impl<'a> Driver<'a> {
     }
 
     pub(super) async fn run(&mut self) -> Result<(), FanInError> {
-        let mut timer = HrTimer::new().map_err(FanInError::Timer)?;
+        // A read alone keeps its own timer, made when it first has a deadline (a read without
+        // hedging or adaptation never needs one); a shared read is woken by the port's keeper.
+        let mut timer: Option<HrTimer> = None;
+        // The passed deadline last handled here, so one that does not move is not handled in
+        // a loop.
+        let mut handled: Option<Instant> = None;
         let deadline = self.start + self.client.config.read_timeout;
         let overall = tokio::time::sleep_until(deadline.into());
         tokio::pin!(overall);
@@ -280,18 +292,44 @@ impl<'a> Driver<'a> {
             if self.sched.is_finished() {
                 break;
             }
-            // Re-arm only when the deadline moves earlier (or the timer is idle): a timer that
-            // fires early costs one spurious wake-up, a syscall per event costs more.
-            let next = self.sched.poll_timeout();
-            if timer.deadline().is_none_or(|armed| next.is_some_and(|n| n < armed)) {
-                timer.set(next).map_err(FanInError::Timer)?;
+            let next = self.sched.poll_timeout().map_err(FanInError::Timer)?;
+            if self.sched.port_keeps_time() {
+                // Passed already: handled here, the keeper does not wake a read twice for it.
+                let now = Instant::now();
+                if let Some(t) = next.filter(|t| *t <= now && handled != Some(*t)) {
+                    handled = Some(t);
+                    self.read_ready();
+                    self.sched.handle_timeout(now);
+                    if let Some(e) = self.fatal.take() {
+                        return Err(e);
+                    }
+                    continue;
+                }
+            } else if next.is_some() || timer.is_some() {
+                let t = match &mut timer {
+                    Some(t) => t,
+                    None => timer.insert(HrTimer::new().map_err(FanInError::Timer)?),
+                };
+                // Re-arm only when the deadline moves earlier (or the timer is idle): a timer
+                // that fires early costs one spurious wake-up, a syscall per event costs more.
+                if t.deadline().is_none_or(|armed| next.is_some_and(|n| n < armed)) {
+                    t.set(next).map_err(FanInError::Timer)?;
+                }
             }
             tokio::select! {
                 // The port routed an action to this read (another read freed room).
                 _ = async { routed.as_ref().expect("guarded").notified().await }, if routed.is_some() => {}
-                Some(i) = self.readable.next() => {
+                Some((i, ready)) = self.readable.next() => {
                     self.conns[i].waiting = false;
-                    self.on_readable(i);
+                    match ready {
+                        Ok(()) => self.on_readable(i),
+                        // Its reactor is gone (the runtime shut down) or failed: waiting again
+                        // would spin. Its requests fail and are retried on a new connection.
+                        Err(e) => {
+                            let why = format!("waiting on {} at {}: {e}", self.conns[i].server, self.conns[i].addr);
+                            self.break_conn(i, why);
+                        }
+                    }
                 }
                 Some((server, lane, addr, result)) = self.connecting.next() => {
                     self.on_connected(server, lane, addr, result).await;
@@ -305,7 +343,7 @@ impl<'a> Driver<'a> {
                     while self.tasks.try_join_next().is_some() {}
                 }
                 Ok(()) = members.changed() => self.on_membership(),
-                fired = timer.fired() => {
+                fired = async { timer.as_mut().expect("guarded").fired().await }, if timer.is_some() => {
                     fired.map_err(FanInError::Timer)?;
                     // Bytes already in a socket are progress: read them before judging stalls,
                     // or a busy loop (or select! picking the timer first) hedges a grant whose
@@ -537,6 +575,7 @@ impl<'a> Driver<'a> {
             counters: None,
             broken: false,
             waiting: false,
+            runtime: self.runtime,
         });
         let i = self.conns.len() - 1;
         self.by_lane.insert((server, lane), i);
@@ -767,7 +806,11 @@ impl<'a> Driver<'a> {
         if self.pending.contains_key(&(server, lane)) {
             return Ok(None);
         }
-        if let Some(conn) = self.client.take_idle((server, lane)).filter(|c| c.addr == addr) {
+        if let Some(conn) = self
+            .client
+            .take_idle((server, lane), self.runtime)
+            .filter(|c| c.addr == addr)
+        {
             self.conns.push(conn);
             let i = self.conns.len() - 1;
             self.by_lane.insert((server, lane), i);
@@ -834,10 +877,8 @@ impl<'a> Driver<'a> {
         }
         c.waiting = true;
         let stream = c.stream.clone();
-        self.readable.push(Box::pin(async move {
-            let _ = stream.readable().await;
-            i
-        }));
+        self.readable
+            .push(Box::pin(async move { (i, stream.readable().await) }));
     }
 
     /// Reads whatever the connections with responses due already have.

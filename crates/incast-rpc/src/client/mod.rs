@@ -262,6 +262,10 @@ impl Client {
     /// and a report, or an error naming what failed; never a short or partial block.
     /// Concurrent reads of one client share its port ([`Sharing`]).
     ///
+    /// Runs on a tokio runtime with I/O and time enabled (it panics outside one, as tokio's
+    /// sockets do). A client may move between runtimes: pooled connections are reused only
+    /// on the runtime that opened them, and the port's timer follows the reads.
+    ///
     /// With fragments of unknown length ([`incast_core::Fragment::up_to`],
     /// [`incast_core::Fragment::query`]) the block is the fragments' bytes end to end in stripe
     /// order, each as long as its server announced (`report.fragments[i].bytes`); they are
@@ -482,11 +486,13 @@ impl Client {
         t
     }
 
-    fn take_idle(&self, key: (ServerId, Lane)) -> Option<Conn> {
-        self.idle
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_mut(&key)
-            .and_then(Vec::pop)
+    /// An idle connection to `key` registered with runtime `rt`. Idle connections of other
+    /// runtimes are dropped: their runtime may have shut down, and a socket whose reactor is
+    /// gone never becomes ready.
+    fn take_idle(&self, key: (ServerId, Lane), rt: tokio::runtime::Id) -> Option<Conn> {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let conns = idle.get_mut(&key)?;
+        conns.retain(|c| c.runtime == rt);
+        conns.pop()
     }
 }
