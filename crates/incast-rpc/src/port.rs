@@ -18,9 +18,9 @@
 //! on arming and again on cancelling. A read's stall deadline is a millisecond or two away
 //! and the read usually ends first, so a timer per read paid that twice per read for a timer
 //! that almost never fired. Measured on the 2-core VM (Linux 6.18, lapic-deadline clock
-//! events, HZ=250), loopback, 16 concurrent reads of 256 KiB from one server: the per-read
-//! timer cost 2 `timerfd_settime` per read and about 20% of the goodput (see the README's
-//! rerun of 2026-11-24, third session).
+//! events, HZ=250), loopback, 16 concurrent reads of 256 KiB from one server: with a timer
+//! per read, 2 `timerfd_settime` per read and 0.42-0.47 s of CPU per GiB; with the port's
+//! timer, 0.15 per read and 0.34-0.44 s/GiB (README, *Where it loses*, loopback).
 //!
 //! The keeper arms the earliest deadline of all reads, and re-arms only when a read asks for
 //! an earlier one or the armed one has passed: a deadline that moves later (its read ended, or
