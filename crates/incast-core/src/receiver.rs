@@ -126,6 +126,28 @@
 //! queue 131 us: the 2-core host's scheduling), so the learnt target is often the floor or
 //! the configured one; it still cut the RTOs.
 //!
+//! # A ceiling learnt from loss
+//!
+//! The learnt target needs delay samples that tell the port's queue from the host's noise,
+//! and at 1024 senders they do not: their mean was 310 us on a port that can queue 262 us,
+//! the learnt target stayed at the configured 200 us, growth stopped only at twice the
+//! bandwidth-delay product plus that target (58 KiB on a 32 KiB port), and the budget lived
+//! at the loss edge: 1,620 loss decreases, 1,791 switch drops and 5 kernel RTOs in one
+//! 4-second configuration (1024 x 32 KiB, one read). So a loss also teaches a budget: at a
+//! loss decrease, while the queue is the receiver's own, the budget may not grow past
+//! [`LOSS_CEILING_SHARE`] of the budget that lost (and is cut to that at once), for
+//! [`BASE_RTT_WINDOW`]. Each loss at the ceiling lowers it again, so it settles under the
+//! edge in a few losses; a loss well under it (another flow filled the buffer) leaves it,
+//! so a busy neighbour does not ratchet it down. It never goes under the bandwidth-delay
+//! product plus the target queue at the port's rate, so it cuts the queue, not the
+//! goodput, on a fast path too; and it lapses, so a path whose buffer grew is probed again.
+//! This is the `inflight_hi` of BBRv2, with Cubic's multiplicative step. Measured (README,
+//! *Spot check of 2026-11-24, third session*; one run each): at 64 and 1024 senders, 18
+//! configurations on the 32 KiB port, switch drops 18,225 before and 855 after, kernel RTOs
+//! 10 and 1, goodput 95.9-99.5% of the line rate before and 95.9-99.5% after but for one row
+//! (64 x 32 KiB fragments x 4 reads, 89.6%); on the 16 KiB port, 12 configurations, a mean
+//! of 840 Mbit/s and 3 RTOs (783-831 and 35-54 in three runs before).
+//!
 //! The start: [`ReceiverConfig::for_port`] starts B at [`crate::model::recommend`]'s budget
 //! for the port's rate and buffer; without a hint, at [`DEFAULT_INITIAL_BUDGET`] (the
 //! 64 KiB that served one read per 1 Gbit/s port here).
@@ -255,6 +277,10 @@ pub const LOSS_TARGET_SHARE: f64 = 0.5;
 /// times on a loaded 2-core host is of this order, and a target under the noise would hold
 /// growth on every sample).
 pub const MIN_TARGET_DELAY: Duration = Duration::from_micros(50);
+/// After a loss decrease while the queue is the port's own, the budget does not grow past
+/// this share (0.85) of the budget that lost, for [`BASE_RTT_WINDOW`] (see "A ceiling learnt
+/// from loss" in the module docs).
+pub const LOSS_CEILING_SHARE: f64 = 0.85;
 /// Queueing delay above this many targets shrinks the budget (Swift's decrease); between
 /// one and this many, it only stops the budget's growth (16).
 pub const SEVERE_DELAY_FACTOR: u32 = 16;
@@ -595,6 +621,9 @@ pub struct ReceiverStats {
     /// The target delay learnt at the last loss, if any (see "A buffer shallower than the
     /// target" in the module docs); it is in force for [`BASE_RTT_WINDOW`] after that loss.
     pub learnt_target: Option<Duration>,
+    /// The budget's ceiling learnt at the last loss, bytes ([`LOSS_CEILING_SHARE`]); it is in
+    /// force for [`BASE_RTT_WINDOW`] after that loss.
+    pub loss_ceiling: Option<u64>,
     /// Queueing-delay samples above the target that held growth (the receiver's own queue).
     pub delay_holds: u64,
     /// Queueing-delay samples above the target that did not hold growth: the receiver took
@@ -720,6 +749,9 @@ pub struct Receiver {
     /// The target learnt at the last loss, and when ([`LOSS_TARGET_SHARE`]); it lapses
     /// after [`BASE_RTT_WINDOW`].
     learnt_target: Option<(Duration, Instant)>,
+    /// The ceiling learnt at the last loss decrease, and when ([`LOSS_CEILING_SHARE`]); it
+    /// lapses after [`BASE_RTT_WINDOW`].
+    loss_ceiling: Option<(u64, Instant)>,
     ends: u64,
     lossy: u64,
     loss_window_start: Option<Instant>,
@@ -742,6 +774,7 @@ impl Receiver {
             alpha: 1.0,
             peak_delay: Duration::ZERO,
             learnt_target: None,
+            loss_ceiling: None,
             ends: 0,
             lossy: 0,
             loss_window_start: None,
@@ -1094,17 +1127,49 @@ impl Receiver {
     /// [`LOSS_TARGET_SHARE`] of the largest queueing delay since the previous one (the
     /// queue at which the buffer overflowed), never under [`MIN_TARGET_DELAY`] nor over the
     /// configured target.
+    ///
+    /// It also sets the budget's ceiling to [`LOSS_CEILING_SHARE`] of the budget that lost
+    /// (and cuts the budget to it), when the queue is the receiver's own.
     fn loss_decrease(&mut self, now: Instant, f: f64) {
+        let lost_at = self.budget;
         if !self.decrease(now, f) {
             return;
         }
         self.stats.loss_decreases += 1;
         let peak = std::mem::take(&mut self.peak_delay);
-        if peak > Duration::ZERO && self.queue_is_ours() {
+        if !self.queue_is_ours() {
+            return;
+        }
+        if peak > Duration::ZERO {
             let t = peak
                 .mul_f64(LOSS_TARGET_SHARE)
                 .clamp(MIN_TARGET_DELAY, self.config.target_delay);
             self.learnt_target = Some((t, now));
+        }
+        // Never under one bandwidth-delay product plus the target queue (Homa's RTTbytes, as
+        // in `grow`): a ceiling there would cut goodput, not only the queue.
+        // A loss well under the ceiling in force was not the budget's doing (another flow
+        // filled the buffer): the ceiling stays as it is, or a busy neighbour would ratchet it
+        // down to the floor.
+        if self
+            .ceiling(now)
+            .is_some_and(|c| (lost_at as f64) < LOSS_CEILING_SHARE * c as f64)
+        {
+            return;
+        }
+        let floor = self.bdp(now).unwrap_or(0.0) as u64;
+        let ceiling = ((lost_at as f64 * LOSS_CEILING_SHARE) as u64)
+            .max(floor)
+            .clamp(self.config.min_budget, self.config.max_budget);
+        self.budget = self.budget.min(ceiling);
+        self.loss_ceiling = Some((ceiling, now));
+    }
+
+    /// The ceiling in force: the one learnt at the last loss while it lasts.
+    fn ceiling(&self, now: Instant) -> Option<u64> {
+        match self.loss_ceiling {
+            Some((c, at)) if now < at + BASE_RTT_WINDOW => Some(c),
+            _ => None,
         }
     }
 
@@ -1154,6 +1219,7 @@ impl Receiver {
             rate_bytes_per_sec: self.rate,
             link_rate_bytes_per_sec: self.link_rate(),
             learnt_target: self.learnt_target.map(|(t, _)| t),
+            loss_ceiling: self.loss_ceiling.map(|(c, _)| c),
             stuck: self.stuck,
             ..self.stats
         }
@@ -1568,6 +1634,14 @@ impl Receiver {
         true
     }
 
+    /// The port's rate times its base RTT plus the target delay, bytes: what the receiver
+    /// needs outstanding to keep the port busy with a target queue. `None` until measured.
+    fn bdp(&self, now: Instant) -> Option<f64> {
+        let rate = self.link_rate()?;
+        let rtt = self.base_rtt.map(|(d, _)| d).or(self.srtt)?;
+        Some(rate * (rtt + self.target(now)).as_secs_f64())
+    }
+
     fn grow(&mut self, now: Instant, delivered: u64) {
         if !self.config.adaptive {
             return;
@@ -1578,18 +1652,21 @@ impl Receiver {
         // smoothed first-byte time in place of the base RTT let the budget reach 177 KiB at
         // 256 senders on the testbed, with 40% more drops and 5% less goodput, and did not
         // lift 16 concurrent loopback reads, which the delay hold keeps down.)
-        if let (Some(rate), Some(rtt)) = (self.link_rate(), self.base_rtt.map(|(d, _)| d).or(self.srtt)) {
-            let bdp = rate * (rtt + self.target(now)).as_secs_f64();
+        if let Some(bdp) = self.bdp(now) {
             if self.budget as f64 >= OVERCOMMIT * bdp {
                 return;
             }
+        }
+        let ceiling = self.ceiling(now).unwrap_or(self.config.max_budget);
+        if self.budget >= ceiling {
+            return;
         }
         let step = if self.slow_start {
             delivered
         } else {
             (u128::from(ADDITIVE_INCREASE) * u128::from(delivered) / u128::from(self.budget.max(1))).max(1) as u64
         };
-        self.budget = self.budget.saturating_add(step).min(self.config.max_budget);
+        self.budget = self.budget.saturating_add(step).min(ceiling);
     }
 }
 
@@ -1814,6 +1891,51 @@ mod tests {
         let lapsed = lossy + BASE_RTT_WINDOW + Duration::from_millis(3);
         rx.on_bytes(lapsed, k, gs[3].1.id, 1).unwrap();
         assert_eq!(rx.target(lapsed), DEFAULT_TARGET_DELAY);
+    }
+
+    /// Completes every grant the receiver has to issue, `rounds` times over, round `i` at
+    /// `at + i * step`; returns the largest budget seen.
+    fn deliver_rounds(rx: &mut Receiver, at: Instant, step: Duration, rounds: u32) -> u64 {
+        let mut max = rx.budget();
+        for i in 0..rounds {
+            let now = at + step * i;
+            for (k, g) in requests(rx, now) {
+                finish(rx, now, k, &g);
+                max = max.max(rx.budget());
+            }
+        }
+        max
+    }
+
+    #[test]
+    fn a_loss_sets_a_ceiling_that_a_loss_far_under_it_keeps_and_that_lapses() {
+        let cfg = ReceiverConfig::builder().initial_budget(256 * 1024).build().unwrap();
+        let mut rx = Receiver::new(cfg);
+        let t = Instant::now();
+        let stripe = Stripe::fixed_sru("a", &servers(64), 1 << 20).unwrap();
+        rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
+        let ms = Duration::from_millis;
+        // An RTO: the budget halves, and may grow back to 0.85 of the budget that lost.
+        let lost_at = rx.budget();
+        rx.on_loss(t + ms(1), 0, 1);
+        let ceiling = (lost_at as f64 * LOSS_CEILING_SHARE) as u64;
+        assert_eq!(rx.stats().loss_ceiling, Some(ceiling));
+        assert!(rx.budget() < ceiling);
+        let max = deliver_rounds(&mut rx, t + ms(2), Duration::ZERO, 40);
+        assert_eq!(max, ceiling, "grew to the ceiling, not past it");
+        // A loss at the ceiling lowers it again.
+        rx.on_loss(t + ms(3), 0, 1);
+        let lower = (ceiling as f64 * LOSS_CEILING_SHARE) as u64;
+        assert_eq!(rx.stats().loss_ceiling, Some(lower));
+        // A loss at half of it (another flow's doing) keeps it.
+        rx.on_loss(t + ms(4), 0, 1);
+        assert!(rx.budget() < lower / 2);
+        assert_eq!(rx.stats().loss_ceiling, Some(lower));
+        // After BASE_RTT_WINDOW it lapses: the budget grows past it.
+        let later = t + ms(3) + BASE_RTT_WINDOW + ms(1);
+        // (Rounds 100 us apart: the rate measured across the 10 s gap would cap growth.)
+        let grown = deliver_rounds(&mut rx, later, Duration::from_micros(100), 200);
+        assert!(grown > lower, "{grown} {lower} {:?}", rx.stats());
     }
 
     #[test]
