@@ -137,16 +137,22 @@
 //! loss decrease, while the queue is the receiver's own, the budget may not grow past
 //! [`LOSS_CEILING_SHARE`] of the budget that lost (and is cut to that at once), for
 //! [`BASE_RTT_WINDOW`]. Each loss at the ceiling lowers it again, so it settles under the
-//! edge in a few losses; a loss well under it (another flow filled the buffer) leaves it,
-//! so a busy neighbour does not ratchet it down. It never goes under the bandwidth-delay
-//! product plus the target queue at the port's rate, so it cuts the queue, not the
-//! goodput, on a fast path too; and it lapses, so a path whose buffer grew is probed again.
-//! This is the `inflight_hi` of BBRv2, with Cubic's multiplicative step. Measured (README,
-//! *Spot check of 2026-11-24, third session*; one run each): at 64 and 1024 senders, 18
-//! configurations on the 32 KiB port, switch drops 18,225 before and 855 after, kernel RTOs
-//! 10 and 1, goodput 95.9-99.5% of the line rate before and 95.9-99.5% after but for one row
-//! (64 x 32 KiB fragments x 4 reads, 89.6%); on the 16 KiB port, 12 configurations, a mean
-//! of 840 Mbit/s and 3 RTOs (783-831 and 35-54 in three runs before).
+//! edge in a few losses; a loss under it (the budget was cut below it already, or another
+//! flow filled the buffer) leaves it, so a busy neighbour does not ratchet it down. Only
+//! loss a server reported teaches it: stalls on a busy host come from its CPU, not from the
+//! buffer. It never goes under the bandwidth-delay product plus the target queue at the
+//! port's rate, so on a fast path it cuts the queue, not the goodput; and it lapses, so a
+//! path whose buffer grew is probed again. This is the `inflight_hi` of BBRv2, with Cubic's
+//! multiplicative step.
+//!
+//! Measured (README, *Spot check of 2026-11-24, third session*; one run each): on the
+//! 32 KiB port, 64 and 1024 senders, 18 configurations, switch drops 18,225 before and
+//! 4,120 after, kernel RTOs 10 and 1, goodput 95.9-99.5% of the line rate before and
+//! 93.9-99.3% after (the CPU-bound 1 KiB rows apart). **It costs the reads beside bulk
+//! flows**: 0.34-0.49 of the line rate in two runs of 8 rows, where they had 0.38-0.74
+//! before, and a version that also lowered the ceiling on a loss somewhat under it held the
+//! budget at 16 KiB there and fell to 0.07-0.09 in one run. The reads' rate cannot tell the
+//! port's queue from a neighbour's without the port rate ([`ReceiverConfigBuilder::port_rate_bps`]).
 //!
 //! The start: [`ReceiverConfig::for_port`] starts B at [`crate::model::recommend`]'s budget
 //! for the port's rate and buffer; without a hint, at [`DEFAULT_INITIAL_BUDGET`] (the
@@ -754,6 +760,8 @@ pub struct Receiver {
     loss_ceiling: Option<(u64, Instant)>,
     ends: u64,
     lossy: u64,
+    /// Of `lossy`, the responses whose servers reported loss (not stalls).
+    reported_lossy: u64,
     loss_window_start: Option<Instant>,
     rtt: Option<RttEstimator>,
     stats: ReceiverStats,
@@ -777,6 +785,7 @@ impl Receiver {
             loss_ceiling: None,
             ends: 0,
             lossy: 0,
+            reported_lossy: 0,
             loss_window_start: None,
             config,
             slots: Vec::new(),
@@ -1098,9 +1107,10 @@ impl Receiver {
         self.ends += 1;
         if retransmits + rtos > 0 {
             self.lossy += 1;
+            self.reported_lossy += 1;
         }
         if rtos > 0 {
-            self.loss_decrease(now, 1.0 - LOSS_DECREASE);
+            self.loss_decrease(now, 1.0 - LOSS_DECREASE, true);
         }
         self.loss_window(now);
     }
@@ -1116,10 +1126,11 @@ impl Receiver {
         let frac = self.lossy as f64 / self.ends as f64;
         self.alpha = self.alpha * (1.0 - ALPHA_GAIN) + frac.min(1.0) * ALPHA_GAIN;
         if self.lossy > 0 {
-            self.loss_decrease(now, 1.0 - self.alpha / 2.0);
+            self.loss_decrease(now, 1.0 - self.alpha / 2.0, self.reported_lossy > 0);
         }
         self.ends = 0;
         self.lossy = 0;
+        self.reported_lossy = 0;
         self.loss_window_start = Some(now);
     }
 
@@ -1129,8 +1140,11 @@ impl Receiver {
     /// configured target.
     ///
     /// It also sets the budget's ceiling to [`LOSS_CEILING_SHARE`] of the budget that lost
-    /// (and cuts the budget to it), when the queue is the receiver's own.
-    fn loss_decrease(&mut self, now: Instant, f: f64) {
+    /// (and cuts the budget to it), when the queue is the receiver's own and `reported`: a
+    /// server reported the loss. Stalls alone teach no ceiling: on a busy host they come
+    /// from the CPU, not the buffer (on loopback, 64 servers x 16 reads, a ceiling learnt
+    /// from stalls in slow start held the budget at 100-200 KiB, 0.88x of `naive`).
+    fn loss_decrease(&mut self, now: Instant, f: f64, reported: bool) {
         let lost_at = self.budget;
         if !self.decrease(now, f) {
             return;
@@ -1146,15 +1160,15 @@ impl Receiver {
                 .clamp(MIN_TARGET_DELAY, self.config.target_delay);
             self.learnt_target = Some((t, now));
         }
+        if !reported {
+            return;
+        }
         // Never under one bandwidth-delay product plus the target queue (Homa's RTTbytes, as
         // in `grow`): a ceiling there would cut goodput, not only the queue.
-        // A loss well under the ceiling in force was not the budget's doing (another flow
-        // filled the buffer): the ceiling stays as it is, or a busy neighbour would ratchet it
-        // down to the floor.
-        if self
-            .ceiling(now)
-            .is_some_and(|c| (lost_at as f64) < LOSS_CEILING_SHARE * c as f64)
-        {
+        // A loss under the ceiling in force says nothing about the ceiling (the budget was
+        // cut below it by a previous loss, or another flow filled the buffer): it stays, or a
+        // busy neighbour would ratchet it down to the floor.
+        if self.ceiling(now).is_some_and(|c| lost_at < c) {
             return;
         }
         let floor = self.bdp(now).unwrap_or(0.0) as u64;
