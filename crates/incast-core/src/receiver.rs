@@ -1922,7 +1922,7 @@ mod tests {
     }
 
     #[test]
-    fn a_loss_sets_a_ceiling_that_a_loss_far_under_it_keeps_and_that_lapses() {
+    fn a_loss_sets_a_ceiling_that_a_loss_under_it_keeps_and_that_lapses() {
         let cfg = ReceiverConfig::builder().initial_budget(256 * 1024).build().unwrap();
         let mut rx = Receiver::new(cfg);
         let t = Instant::now();
@@ -1941,7 +1941,7 @@ mod tests {
         rx.on_loss(t + ms(3), 0, 1);
         let lower = (ceiling as f64 * LOSS_CEILING_SHARE) as u64;
         assert_eq!(rx.stats().loss_ceiling, Some(lower));
-        // A loss at half of it (another flow's doing) keeps it.
+        // A loss under it (here at half of it: another flow's doing) keeps it.
         rx.on_loss(t + ms(4), 0, 1);
         assert!(rx.budget() < lower / 2);
         assert_eq!(rx.stats().loss_ceiling, Some(lower));
