@@ -1953,6 +1953,33 @@ mod tests {
     }
 
     #[test]
+    fn stalls_alone_shrink_the_budget_but_teach_no_ceiling() {
+        let cfg = ReceiverConfig::builder().initial_budget(256 * 1024).build().unwrap();
+        let mut rx = Receiver::new(cfg);
+        let t = Instant::now();
+        let stripe = Stripe::fixed_sru("a", &servers(64), 1 << 20).unwrap();
+        rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
+        assert!(!requests(&mut rx, t).is_empty());
+        let before = rx.budget();
+        // Nothing arrives: the grants stall (well before PORT_SILENCE, which would call the
+        // read stuck instead), and a clean response later closes the loss window.
+        let mut now = t;
+        while rx.stats().stall_decreases == 0 && now < t + PORT_SILENCE / 2 {
+            now += Duration::from_millis(1);
+            rx.handle_timeout(now);
+        }
+        rx.on_loss(now + Duration::from_millis(1), 0, 0);
+        let st = rx.stats();
+        assert!(st.stall_decreases > 0 && st.loss_decreases > 0, "{st:?}");
+        assert!(rx.budget() < before, "the stalls shrank the budget");
+        assert_eq!(st.loss_ceiling, None, "a stall is not a reported loss: no ceiling");
+        // The same share of loss reported by a server does set one.
+        rx.on_loss(now + Duration::from_millis(300), 1, 0);
+        rx.on_loss(now + Duration::from_millis(301), 0, 0);
+        assert!(rx.stats().loss_ceiling.is_some(), "{:?}", rx.stats());
+    }
+
+    #[test]
     fn a_small_budget_is_spent_in_smaller_chunks() {
         let budget = 24 * 1024;
         let cfg = ReceiverConfig::builder()
