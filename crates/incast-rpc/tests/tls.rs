@@ -81,14 +81,23 @@ async fn mutual_tls_reads_are_byte_exact_at_1_to_64_servers() {
         let stripe = stripe_of(&lens);
         for (name, policy) in [("default", Policy::default()), ("naive", Policy::naive())] {
             // Twice: the second read runs on pooled TLS connections.
+            let mut moved = 0;
             for round in 0..2 {
                 let out = c.fan_in_read(&stripe, &policy).await.unwrap();
+                moved += out.report.stats.hedges + out.report.stats.retries;
                 assert!(
                     out.block == expected(&lens),
                     "n={n} {name} round {round}: block differs"
                 );
                 if round == 1 && name == "default" {
-                    assert_eq!(out.report.connects, 0, "n={n}: the second read opened connections");
+                    // Pooled connections are reused. Only a hedge or a retry in either read
+                    // (a stall on a busy CI machine) may cost one: it moves a grant to the
+                    // spare lane, and leaves the stalled connection unclean for the pool.
+                    assert!(
+                        u64::from(out.report.connects) <= moved,
+                        "n={n}: the second read opened {} connections with {moved} hedges and retries",
+                        out.report.connects
+                    );
                 }
             }
         }
