@@ -1933,13 +1933,19 @@ mod tests {
         max
     }
 
-    #[test]
-    fn a_loss_sets_a_ceiling_that_a_loss_under_it_keeps_and_that_lapses() {
+    /// A port with a 256 KiB budget and one read of 64 servers x 1 MiB, started now.
+    fn a_wide_read() -> (Receiver, Instant) {
         let cfg = ReceiverConfig::builder().initial_budget(256 * 1024).build().unwrap();
         let mut rx = Receiver::new(cfg);
         let t = Instant::now();
         let stripe = Stripe::fixed_sru("a", &servers(64), 1 << 20).unwrap();
         rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
+        (rx, t)
+    }
+
+    #[test]
+    fn a_loss_sets_a_ceiling_that_a_loss_under_it_keeps_and_that_lapses() {
+        let (mut rx, t) = a_wide_read();
         let ms = Duration::from_millis;
         // An RTO: the budget halves, and may grow back to 0.85 of the budget that lost.
         let lost_at = rx.budget();
@@ -1967,11 +1973,7 @@ mod tests {
 
     #[test]
     fn stalls_alone_shrink_the_budget_but_teach_no_ceiling() {
-        let cfg = ReceiverConfig::builder().initial_budget(256 * 1024).build().unwrap();
-        let mut rx = Receiver::new(cfg);
-        let t = Instant::now();
-        let stripe = Stripe::fixed_sru("a", &servers(64), 1 << 20).unwrap();
-        rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
+        let (mut rx, t) = a_wide_read();
         assert!(!requests(&mut rx, t).is_empty());
         let before = rx.budget();
         // Nothing arrives: the grants stall (well before PORT_SILENCE, which would call the
