@@ -135,9 +135,10 @@
 //! at the loss edge: 1,620 loss decreases, 1,791 switch drops and 5 kernel RTOs in one
 //! 4-second configuration (1024 x 32 KiB, one read). So a loss also teaches a budget: at a
 //! loss decrease, while the queue is the receiver's own, the budget may not grow past
-//! [`LOSS_CEILING_SHARE`] of the budget that lost (and is cut to that at once). Each loss at the ceiling lowers it again, so it settles under the
-//! edge in a few losses; a loss under it (the budget was cut below it already, or another
-//! flow filled the buffer) leaves it, so a busy neighbour does not ratchet it down. A
+//! [`LOSS_CEILING_SHARE`] of the budget that lost (and is cut to that at once). Each loss
+//! at the ceiling lowers it again, so it settles under the edge in a few losses; a loss
+//! under it (the budget was cut below it already, or another flow filled the buffer) leaves
+//! it, so a busy neighbour does not ratchet it down. A
 //! ceiling lasts [`CEILING_HOLD`] from the last loss at or over it: where the budget sits
 //! at it and loses nothing, the loss that set it was a passing burst's. (Held for
 //! [`BASE_RTT_WINDOW`] instead, one early loss held the budget at the floor, 29-31 KiB, for
