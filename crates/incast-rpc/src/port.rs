@@ -184,11 +184,9 @@ async fn keep_time(port: Weak<Port>, wake: Arc<Notify>) {
             let next = g.next_deadline(woken);
             // Later deadlines leave the timer armed: one spurious firing costs less than a
             // re-arm on every read that ends before its deadline.
-            if timer.deadline().is_none_or(|armed| next.is_some_and(|n| n < armed)) {
-                if let Err(e) = timer.set(next) {
-                    drop(g);
-                    return fail(e);
-                }
+            if let Err(e) = timer.set_earlier(next) {
+                drop(g);
+                return fail(e);
             }
             g.clock.armed = timer.deadline();
         }

@@ -50,6 +50,17 @@ impl HrTimer {
         Ok(())
     }
 
+    /// Arms the timer for `deadline` only if it is idle or `deadline` is earlier than the
+    /// armed one. A later deadline (or none) leaves it armed: a timer that fires early costs
+    /// one spurious wake-up, while re-arming on every event costs a syscall each (and, on a
+    /// virtual machine, a hypervisor exit for a deadline before the next tick).
+    pub fn set_earlier(&mut self, deadline: Option<Instant>) -> io::Result<()> {
+        if self.deadline.is_none_or(|armed| deadline.is_some_and(|d| d < armed)) {
+            self.set(deadline)?;
+        }
+        Ok(())
+    }
+
     /// The armed deadline.
     pub fn deadline(&self) -> Option<Instant> {
         self.deadline

@@ -310,11 +310,7 @@ impl<'a> Driver<'a> {
                     Some(t) => t,
                     None => timer.insert(HrTimer::new().map_err(FanInError::Timer)?),
                 };
-                // Re-arm only when the deadline moves earlier (or the timer is idle): a timer
-                // that fires early costs one spurious wake-up, a syscall per event costs more.
-                if t.deadline().is_none_or(|armed| next.is_some_and(|n| n < armed)) {
-                    t.set(next).map_err(FanInError::Timer)?;
-                }
+                t.set_earlier(next).map_err(FanInError::Timer)?;
             }
             tokio::select! {
                 // The port routed an action to this read (another read freed room).
