@@ -241,6 +241,12 @@ pub struct Measurement {
     pub grants: u64,
     /// Packets the switch port dropped (testbed).
     pub switch_drops: Option<u64>,
+    /// Kernel RTOs of the servers' sockets on the testbed's hosts during the configuration,
+    /// warm-up included: the hosts' `TCPTimeouts` counters, less the bulk senders' RTOs.
+    /// Unlike `kernel_rtos` (what servers report in `End` frames) this counts the RTOs of
+    /// connections the client abandoned after a hedge, whose servers never send another
+    /// `End`. `None` off the testbed.
+    pub host_rtos: Option<u64>,
     /// Background bulk flows through the same port.
     pub background_flows: usize,
     /// Their goodput during the measured reads, Mbit/s.

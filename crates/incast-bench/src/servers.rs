@@ -9,11 +9,12 @@
 //! each host's own queue and line-rate NIC ([`crate::testbed`]); the sending CPU is shared.
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 
 use incast_core::ServerId;
-use incast_rpc::{serve, FragmentStore, ServerConfig, SocketTuning};
+use incast_rpc::{serve, FragmentStore, ServerConfig, SocketTuning, TcpInfo};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::oneshot;
 
@@ -31,6 +32,7 @@ pub type Hosts = Vec<(Option<Netns>, IpAddr)>;
 pub struct ServerSet {
     addrs: Vec<(ServerId, SocketAddr)>,
     bulk: Vec<SocketAddr>,
+    bulk_rtos: Arc<AtomicU64>,
     tuning: Option<String>,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<std::io::Result<()>>>,
@@ -66,6 +68,8 @@ impl ServerSet {
         let (addr_tx, addr_rx) = mpsc::channel();
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let cc = cc.to_owned();
+        let bulk_rtos = Arc::new(AtomicU64::new(0));
+        let rtos = bulk_rtos.clone();
         let body = move || -> std::io::Result<()> {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
             let _ = addr_tx.send(Ok(Started::Runtime(rt.handle().clone())));
@@ -112,7 +116,7 @@ impl ServerSet {
                     match started {
                         Ok((addr, l)) => {
                             let _ = addr_tx.send(Ok(Started::Bulk(addr)));
-                            tasks.push(tokio::spawn(bulk_sender(l, cc.clone())));
+                            tasks.push(tokio::spawn(bulk_sender(l, cc.clone(), rtos.clone())));
                         }
                         Err(e) => return fail(e),
                     }
@@ -154,6 +158,7 @@ impl ServerSet {
         Ok(Self {
             addrs,
             bulk: bulk_addrs,
+            bulk_rtos,
             tuning,
             stop: Some(stop_tx),
             thread: Some(thread),
@@ -180,10 +185,17 @@ impl ServerSet {
     pub fn bulk(&self) -> &[SocketAddr] {
         &self.bulk
     }
+
+    /// Kernel RTOs of the bulk senders' sockets so far (each socket's `tcpi_total_rto`,
+    /// read after each write and when its connection ends).
+    pub fn bulk_rtos(&self) -> Arc<AtomicU64> {
+        self.bulk_rtos.clone()
+    }
 }
 
-/// Streams a constant buffer to every connection until it closes.
-async fn bulk_sender(listener: tokio::net::TcpListener, cc: String) {
+/// Streams a constant buffer to every connection until it closes, and adds the kernel RTOs
+/// of its sockets (`tcpi_total_rto`) to `rtos`.
+async fn bulk_sender(listener: tokio::net::TcpListener, cc: String, rtos: Arc<AtomicU64>) {
     let data = vec![0x5a_u8; BULK_WRITE];
     loop {
         let Ok((mut sock, _)) = listener.accept().await else {
@@ -195,7 +207,20 @@ async fn bulk_sender(listener: tokio::net::TcpListener, cc: String) {
         }
         .apply(&sock);
         let data = data.clone();
-        tokio::spawn(async move { while sock.write_all(&data).await.is_ok() {} });
+        let rtos = rtos.clone();
+        tokio::spawn(async move {
+            let mut seen = 0;
+            let mut count = |sock: &tokio::net::TcpStream| {
+                if let Some(n) = TcpInfo::of(sock).ok().and_then(|i| i.total_rto) {
+                    rtos.fetch_add(u64::from(n.saturating_sub(seen)), Ordering::Relaxed);
+                    seen = seen.max(n);
+                }
+            };
+            while sock.write_all(&data).await.is_ok() {
+                count(&sock);
+            }
+            count(&sock);
+        });
     }
 }
 

@@ -6,6 +6,7 @@
 //! and `default`, no background flows), and every result is expressed against it.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,6 +24,10 @@ use crate::testbed::{host_addr, Testbed, TestbedError};
 /// Share of the port's payload capacity one sender must reach for the testbed to count as
 /// calibrated (the smoke test checks the same; below it the sweep warns).
 pub const CALIBRATED: f64 = 0.9;
+/// How long after a configuration its hosts' RTO counters are read (300 ms): a connection
+/// the client abandoned after a hedge takes its RTO up to the kernel's minimum RTO (200 ms)
+/// plus a round trip after its last segment. A later RTO counts in the next configuration.
+pub const HOST_RTO_SETTLE: Duration = Duration::from_millis(300);
 
 /// Most servers a sweep starts for rotating concurrent reads over (more senders than this
 /// get one server each).
@@ -144,8 +149,6 @@ pub fn onsets(results: &[Measurement], tb: &crate::testbed::TestbedConfig) -> Ve
     out
 }
 
-/// Measures one configuration, with the testbed's counters around it (and the per-route
-/// `rto_min` for `rto-route`).
 /// The row of a configuration whose warm-up failed: every block counts as failed.
 fn failed_row(run: &RunSpec, error: String) -> Measurement {
     Measurement {
@@ -165,27 +168,37 @@ fn failed_row(run: &RunSpec, error: String) -> Measurement {
     }
 }
 
+/// Measures one configuration, with the testbed's counters around it (and the per-route
+/// `rto_min` for `rto-route`): the port's drops, and the kernel RTOs of the server hosts
+/// minus the bulk senders' ([`Measurement::host_rtos`]).
 fn measure_one(
     rt: &tokio::runtime::Runtime,
     addrs: &[(ServerId, SocketAddr)],
     run: &RunSpec,
-    testbed: Option<&Testbed>,
+    (testbed, bulk_rtos): (Option<&Testbed>, Option<&AtomicU64>),
     on_block: impl FnMut(u64),
 ) -> Result<Measurement, SweepError> {
     let rto_route = run.strategy == Strategy::RtoRoute;
     if let (true, Some(tb)) = (rto_route, testbed) {
         tb.set_route_rto_min(Some(ROUTE_RTO_MIN))?;
     }
-    let before = testbed.map(|tb| tb.qdisc_stats()).transpose()?;
+    let bulk_rtos = || bulk_rtos.map_or(0, |b| b.load(Ordering::Relaxed));
+    let counters = |tb: &Testbed| -> Result<_, TestbedError> { Ok((tb.qdisc_stats()?, tb.host_rtos()?, bulk_rtos())) };
+    let before = testbed.map(counters).transpose()?;
     let r = rt.block_on(measure(addrs, run, on_block));
-    let after = testbed.map(|tb| tb.qdisc_stats()).transpose()?;
+    if testbed.is_some() {
+        // A connection abandoned after a hedge takes its RTO up to a minimum RTO later.
+        std::thread::sleep(HOST_RTO_SETTLE);
+    }
+    let after = testbed.map(counters).transpose()?;
     if let (true, Some(tb)) = (rto_route, testbed) {
         tb.set_route_rto_min(None)?;
     }
     let mut m = r?;
     m.cc = run.cc.clone();
     if let (Some(tb), Some(b), Some(a)) = (testbed, before, after) {
-        m.switch_drops = Some(a.since(&b).dropped);
+        m.switch_drops = Some(a.0.since(&b.0).dropped);
+        m.host_rtos = Some((a.1.saturating_sub(b.1)).saturating_sub(a.2.saturating_sub(b.2)));
         m.buffer_bytes = Some(tb.config().buffer_bytes);
         m.rate_bps = Some(tb.config().rate_bps);
     }
@@ -371,6 +384,7 @@ pub fn run(spec: SweepSpec, network: Network) -> Result<SweepResult, SweepError>
         }
     };
     let bulk = servers.as_ref().map(|s| s.bulk().to_vec()).unwrap_or_default();
+    let bulk_rtos = servers.as_ref().map(ServerSet::bulk_rtos);
     if let Some(t) = servers.as_ref().and_then(|s| s.tuning_report()) {
         if t.contains("refused") && !spec.quiet {
             eprintln!("warning: the servers' socket options were not all taken:\n{t}");
@@ -380,7 +394,7 @@ pub fn run(spec: SweepSpec, network: Network) -> Result<SweepResult, SweepError>
         quic: quic_client,
         tls: tls.as_ref().map(|(set, client)| (set.addrs().to_vec(), client.clone())),
     };
-    let body = move || client_side(spec, testbed, addrs, bulk, secure);
+    let body = move || client_side(spec, testbed, addrs, (bulk, bulk_rtos), secure);
     let out = match &network {
         Network::Testbed(tb) => tb.client().run(body)?,
         _ => body(),
@@ -402,7 +416,7 @@ fn client_side(
     spec: SweepSpec,
     testbed: Option<Arc<Testbed>>,
     addrs: Vec<(ServerId, SocketAddr)>,
-    bulk: Vec<SocketAddr>,
+    (bulk, bulk_rtos): (Vec<SocketAddr>, Option<Arc<AtomicU64>>),
     secure: Secure,
 ) -> Result<SweepResult, SweepError> {
     let Secure { quic, tls } = secure;
@@ -500,7 +514,9 @@ fn client_side(
                         Some(a) if st.uses_tls() => a,
                         _ => &addrs,
                     };
-                    let mut m = match measure_one(&rt, servers, &run, testbed.as_deref(), |k| bar.inc(k)) {
+                    let mut m = match measure_one(&rt, servers, &run, (testbed.as_deref(), bulk_rtos.as_deref()), |k| {
+                        bar.inc(k)
+                    }) {
                         Ok(m) => m,
                         // A configuration the machine cannot set up (out of descriptors, a
                         // server that never answers) is a failed row, not the end of the sweep.

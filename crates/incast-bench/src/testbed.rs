@@ -496,6 +496,26 @@ impl Testbed {
         Ok(())
     }
 
+    /// Kernel RTOs on the server hosts: the sum of every host namespace's `TcpExt:
+    /// TCPTimeouts` (`/proc/net/netstat`), which counts each retransmission timeout of every
+    /// socket in it, including sockets the client has already dropped. The RTOs a read's
+    /// servers report in their `End` frames miss those: a connection the client abandons
+    /// after a hedge (its cancelled response still in flight) never sends another `End`,
+    /// and its server's timer still fires. Bulk senders on the hosts count here too.
+    pub fn host_rtos(&self) -> Result<u64, TestbedError> {
+        let mut sum = 0;
+        for host in &self.hosts {
+            let text = host.run(|| std::fs::read_to_string("/proc/thread-self/net/netstat"))??;
+            sum += netstat_counter(&text, "TcpExt", "TCPTimeouts").ok_or_else(|| {
+                TestbedError::Io(std::io::Error::other(format!(
+                    "no TcpExt TCPTimeouts in /proc/net/netstat of {}",
+                    host.name()
+                )))
+            })?;
+        }
+        Ok(sum)
+    }
+
     /// Counters of the shaped port.
     pub fn qdisc_stats(&self) -> Result<QdiscStats, TestbedError> {
         let out = self
@@ -584,6 +604,19 @@ fn check_config(c: &TestbedConfig) -> Result<(), TestbedError> {
         return bad("congestion control", c.cc.clone(), "one of cubic, reno, bbr");
     }
     Ok(())
+}
+
+/// A counter of `/proc/net/netstat` (pairs of lines: `Group: names...`, `Group: values...`).
+fn netstat_counter(text: &str, group: &str, name: &str) -> Option<u64> {
+    let prefix = format!("{group}:");
+    let mut lines = text.lines().filter(|l| l.starts_with(&prefix));
+    while let (Some(names), Some(values)) = (lines.next(), lines.next()) {
+        let at = names.split_whitespace().position(|n| n == name);
+        if let Some(at) = at {
+            return values.split_whitespace().nth(at)?.parse().ok();
+        }
+    }
+    None
 }
 
 /// Reads `Sent N bytes M pkt (dropped D, ...` from `tc -s qdisc show`.
@@ -686,6 +719,16 @@ mod tests {
             }
         );
         assert_eq!(parse_qdisc_stats("garbage"), QdiscStats::default());
+    }
+
+    #[test]
+    fn reads_a_netstat_counter() {
+        let text = "TcpExt: SyncookiesSent TCPTimeouts TCPLossProbes\nTcpExt: 0 17 4\n\
+                    IpExt: InNoRoutes TCPTimeouts\nIpExt: 9 99\n";
+        assert_eq!(netstat_counter(text, "TcpExt", "TCPTimeouts"), Some(17));
+        assert_eq!(netstat_counter(text, "IpExt", "TCPTimeouts"), Some(99));
+        assert_eq!(netstat_counter(text, "TcpExt", "TCPNothing"), None);
+        assert_eq!(netstat_counter("TcpExt: TCPTimeouts\n", "TcpExt", "TCPTimeouts"), None);
     }
 
     #[test]
