@@ -19,6 +19,25 @@ use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFl
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
+/// Dissolves a connected TCP socket at once: `connect` to an `AF_UNSPEC` address makes
+/// Linux send a reset and forget the connection (`tcp_disconnect`), while the descriptor
+/// stays open (other handles to it then see it closed). socket2 and nix build no `AF_UNSPEC`
+/// address; closing with SO_LINGER 0 does the same but needs the last handle.
+pub(crate) fn disconnect(fd: BorrowedFd<'_>) -> io::Result<()> {
+    let addr = libc::sockaddr {
+        sa_family: libc::AF_UNSPEC as libc::sa_family_t,
+        sa_data: [0; 14],
+    };
+    // SAFETY: `fd` is a live descriptor for the borrow; the pointer and length describe
+    // `addr`, a whole `sockaddr` that outlives the call.
+    let r = unsafe { libc::connect(fd.as_raw_fd(), &addr, size_of::<libc::sockaddr>() as libc::socklen_t) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// `setsockopt` with a plain-old-data value.
 pub(crate) fn set_opt<T: Copy>(fd: BorrowedFd<'_>, level: i32, name: i32, value: T) -> io::Result<()> {
     // SAFETY: `fd` is a live descriptor for the borrow; the pointer and length describe
