@@ -583,14 +583,13 @@ async fn fake_server(delay: Duration, fill: u8) -> std::net::SocketAddr {
     addr
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn late_bytes_of_a_hedged_request_are_drained_and_never_reach_the_block() {
-    // Fragment 0: primary server 0 answers after 150 ms with 0xEE (late, and wrong so that a
-    // leak shows), replica server 1 after 20 ms with 0x11. Fragment 1 (server 2) answers
-    // after 250 ms and is too large for the hedge budget, so it keeps the read open while
-    // the stalled primary's bytes arrive, after fragment 0 was already confirmed.
-    let primary = fake_server(Duration::from_millis(150), 0xEE).await;
-    let replica = fake_server(Duration::from_millis(20), 0x11).await;
+/// Fragment 0: its primary (server 0) answers after `primary` with 0xEE (wrong, so that a
+/// leak shows), its replica (server 1) after `replica` with 0x11. Fragment 1 (server 2)
+/// answers after 250 ms and is too large for the hedge budget, so it keeps the read open
+/// while the stalled primary's bytes arrive. Grants time out after about 5 ms.
+async fn read_with_one_hedge(primary: Duration, replica: Duration) -> incast_rpc::ReadOutput {
+    let primary = fake_server(primary, 0xEE).await;
+    let replica = fake_server(replica, 0x11).await;
     let other = fake_server(Duration::from_millis(250), 0x22).await;
     let client = Client::new([(ServerId(0), primary), (ServerId(1), replica), (ServerId(2), other)]);
     let stripe = Stripe::new(vec![
@@ -615,17 +614,38 @@ async fn late_bytes_of_a_hedged_request_are_drained_and_never_reach_the_block() 
     let out = client.fan_in_read(&stripe, &policy).await.unwrap();
     assert!(
         out.block[..20_000].iter().all(|&b| b == 0x11),
-        "late bytes of the cancelled request reached the block"
+        "bytes of the cancelled request reached the block"
     );
     assert!(out.block[20_000..].iter().all(|&b| b == 0x22));
-    assert_eq!(out.report.drained_bytes, 20_000, "{:?}", out.report);
     assert_eq!(out.report.fragments[0].server, Some(ServerId(1)));
     assert_eq!(out.report.fragments[0].hedges, 1);
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_original_whose_hedge_won_is_reset_and_its_bytes_never_arrive() {
+    // The replica answers at 20 ms, the primary only at 150 ms: the hedge wins, and the
+    // primary's connection, owing nothing else, is reset before its bytes come.
+    let out = read_with_one_hedge(Duration::from_millis(150), Duration::from_millis(20)).await;
+    assert_eq!(out.report.stats.hedges_won, 1, "{:?}", out.report);
+    assert_eq!(out.report.connections_reset, 1, "{:?}", out.report);
+    assert_eq!(out.report.drained_bytes, 0, "{:?}", out.report);
     assert!(
         out.report.fragments[0].done < Some(Duration::from_millis(150)),
         "{:?}",
         out.report.fragments[0]
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_bytes_of_a_spurious_hedge_original_are_drained_and_never_reach_the_block() {
+    // The primary answers at 40 ms, after its grant timed out (about 5 ms) but before the
+    // replica (200 ms): the hedge was spurious, nothing is reset, and the original's bytes
+    // are read and dropped.
+    let out = read_with_one_hedge(Duration::from_millis(40), Duration::from_millis(200)).await;
+    assert_eq!(out.report.stats.hedges_spurious, 1, "{:?}", out.report);
+    assert_eq!(out.report.connections_reset, 0, "{:?}", out.report);
+    assert_eq!(out.report.drained_bytes, 20_000, "{:?}", out.report);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
