@@ -205,6 +205,12 @@ pub struct Measurement {
     pub hedges_won: u64,
     /// Hedges whose original still completed first (the stall was not one).
     pub hedges_spurious: u64,
+    /// Stalls not hedged because the read's or the port's hedge budget was spent.
+    pub hedges_denied: u64,
+    /// Stalled grants moved to a replica as failures after the hedge budget was spent.
+    pub escalations: u64,
+    /// Connections reset after a hedge of their stalled response won.
+    pub connections_reset: u64,
     /// Smallest client-wide budget seen during the reads, bytes (`default`, `quic`,
     /// `fallback`; 0 otherwise).
     pub budget_min: u64,
@@ -470,6 +476,9 @@ pub async fn measure(
                         m.hedges += r.stats.hedges;
                         m.hedges_won += r.stats.hedges_won;
                         m.hedges_spurious += r.stats.hedges_spurious;
+                        m.hedges_denied += r.stats.hedges_denied;
+                        m.escalations += r.stats.escalations;
+                        m.connections_reset += u64::from(r.connections_reset);
                         m.grants += r.stats.grants;
                         if let Some(p) = r.port {
                             m.budget_min = m.budget_min.min(p.budget_min);

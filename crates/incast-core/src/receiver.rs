@@ -88,7 +88,10 @@
 //!   request travels instead of one grant at a time.
 //! - **Timeouts learn from spurious hedges.** A hedge whose original still completed first
 //!   doubles a port-wide multiplier of the grant timeouts (up to [`MAX_TIMEOUT_SCALE`]); a
-//!   hedge that won lowers it by one. (Eifel/F-RTO do the same for TCP's RTO.)
+//!   hedge that won lowers it by one. (Eifel/F-RTO do the same for TCP's RTO.) A scaled
+//!   timeout never passes the RTO's upper bound ([`crate::RtoBounds::max`], 100 ms by
+//!   default): past the kernel's 200 ms minimum RTO a hedge comes after TCP's own
+//!   retransmission and saves nothing.
 //! - **Receiver-paced responses (optional, [`ReceiverConfigBuilder::pacing`]).** A grant
 //!   may carry a pacing rate its server applies to that response (incast-rpc sets
 //!   `SO_MAX_PACING_RATE`, TCP's own pacing): [`PACING_GAIN`] times the port's rate times
@@ -231,7 +234,7 @@ use std::collections::{BTreeSet, VecDeque};
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use crate::policy::{Adaptation, Policy, MAX_INFLIGHT_BUDGET, MAX_SENDERS};
+use crate::policy::{Adaptation, Hedging, Policy, MAX_INFLIGHT_BUDGET, MAX_SENDERS};
 use crate::rtt::RttEstimator;
 use crate::scheduler::InvariantViolation;
 use crate::scheduler::{Action, Delivery, EventError, Gate, GrantId, Polled, ReadError, Scheduler, SchedulerStats};
@@ -310,6 +313,10 @@ pub const SEVERE_DELAY_FACTOR: u32 = 16;
 /// How far above the measured rate's bandwidth-delay product (plus the target queue) the
 /// budget may grow (2, Homa's overcommitment of about two messages' RTTbytes).
 pub const OVERCOMMIT: f64 = 2.0;
+/// Share of the port's hedge burst ([`ReceiverConfigBuilder::hedge_burst`]) one read may
+/// hedge, when its policy allows less (0.5): the port's bucket bounds the hedges of all
+/// reads, and half of it stays for the others while one read is stuck.
+pub const READ_HEDGE_SHARE: f64 = 0.5;
 /// Largest multiplier of the grant timeouts after spurious hedges (64).
 pub const MAX_TIMEOUT_SCALE: u32 = 64;
 /// Share of the port's rate (hint, else the largest measured lately) above which a queue
@@ -838,10 +845,26 @@ impl Receiver {
         seed: u64,
         opts: ReadOptions,
     ) -> ReadKey {
+        // The port's bucket is the hedge budget that matters; a read may spend up to half its
+        // burst ([`READ_HEDGE_SHARE`]), so that a read stuck on a frozen server leaves the
+        // other half to the rest. Under the read's own budget alone (64 KiB, or 5% of the
+        // block) a read that stalled three times on a 16 KiB port had its next hedge denied
+        // and waited out a kernel RTO (one read in about 400 on the testbed).
+        let hedging = match policy.hedging() {
+            Hedging::AfterRto {
+                budget_fraction,
+                min_budget_bytes,
+            } => Hedging::AfterRto {
+                budget_fraction,
+                min_budget_bytes: min_budget_bytes.max((self.config.hedge_burst as f64 * READ_HEDGE_SHARE) as u64),
+            },
+            off => off,
+        };
         let policy = crate::policy::PolicyBuilder::from(policy.clone())
             .max_senders(MAX_SENDERS)
             .inflight_budget(MAX_INFLIGHT_BUDGET)
             .adaptation(Adaptation::Static)
+            .hedging(hedging)
             .build()
             .expect("a valid policy with the widest budget and sender cap stays valid");
         let sched = match &self.rtt {

@@ -1403,6 +1403,17 @@ impl Scheduler {
         Ok(g)
     }
 
+    /// A grant's timeout: the backed-off, jittered RTO times the port's multiplier `scale`,
+    /// but never longer than the RTO's upper bound (100 ms by default), unless the unscaled
+    /// timeout already is. Spurious hedges raise the multiplier (up to 64); unbounded, it
+    /// pushed timeouts past the kernel's 200 ms minimum RTO, where a hedge comes after the
+    /// kernel's own retransmission and saves nothing: on the testbed's 16 KiB port one read
+    /// in two runs of 12 rows waited out a kernel RTO with its hedge not yet due.
+    fn grant_timeout(&mut self, backoff: u32, scale: u32) -> Duration {
+        let t = self.rtt.timeout(backoff, self.rng.unit());
+        (t * scale.max(1)).min(t.max(self.rtt.bounds().max()))
+    }
+
     fn try_issue(&mut self, f: u32, kind: GrantKind, now: Instant, gate: &Gate) -> Result<Grant, Stop> {
         let frag = &self.frags[f as usize];
         let server = self.routes[(frag.routes_start + u32::from(frag.route)) as usize];
@@ -1416,7 +1427,7 @@ impl Scheduler {
         if !rerequest && (len > gate.room || !(gate.new_sender || self.server_live[server as usize] > 0)) {
             return Err(Stop::Gate);
         }
-        let timeout = self.rtt.timeout(frag.backoff, self.rng.unit()) * gate.timeout_scale.max(1);
+        let timeout = self.grant_timeout(frag.backoff, gate.timeout_scale);
         let frag = &mut self.frags[f as usize];
         let (start, kind, replaces) = if frag.holes.is_empty() {
             frag.next += len;
@@ -1528,7 +1539,7 @@ impl Scheduler {
                     return;
                 }
             }
-            let timeout = self.rtt.timeout(self.frags[f].backoff, self.rng.unit()) * gate.timeout_scale.max(1);
+            let timeout = self.grant_timeout(self.frags[f].backoff, gate.timeout_scale);
             let live = self.slots[id.slot()].live.as_mut().expect("live");
             live.last_progress = now;
             live.timeout = timeout;
@@ -1731,6 +1742,8 @@ fn violation<T>(msg: String) -> Result<T, InvariantViolation> {
 mod tests {
     use super::*;
     use crate::policy::{GrantSize, Hedging};
+    use crate::receiver::MAX_TIMEOUT_SCALE;
+    use crate::rtt::RtoBounds;
     use crate::stripe::Fragment;
 
     fn servers(n: u32) -> Vec<ServerId> {
@@ -1966,6 +1979,30 @@ mod tests {
         assert!(s.is_complete());
         assert_eq!(s.stats().hedges, 1);
         assert_eq!(s.stats().discarded_bytes, 500);
+    }
+
+    #[test]
+    fn the_port_multiplier_never_stretches_a_grant_timeout_past_the_rto_bound() {
+        let stripe = Stripe::fixed_sru("k", &servers(2), 1_000).unwrap();
+        let bounds = RtoBounds::new(
+            Duration::from_millis(5),
+            Duration::from_millis(1),
+            Duration::from_millis(100),
+        )
+        .unwrap();
+        let policy = Policy::builder().rto(bounds).build().unwrap();
+        let mut s = Scheduler::new(&stripe, &policy, 7);
+        // The initial RTO (5 ms), jittered by up to half.
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let plain = ms(s.grant_timeout(0, 1));
+        assert!((5.0..=7.5).contains(&plain), "{plain} ms");
+        let doubled = ms(s.grant_timeout(0, 2));
+        assert!((10.0..=15.0).contains(&doubled), "{doubled} ms");
+        // 64 x 5 ms would be 320-480 ms, past the kernel's own 200 ms RTO.
+        assert_eq!(s.grant_timeout(0, MAX_TIMEOUT_SCALE), Duration::from_millis(100));
+        // A backed-off timeout already over the bound is left as it is, not cut.
+        let backed_off = ms(s.grant_timeout(10, MAX_TIMEOUT_SCALE));
+        assert!((100.0..=150.0).contains(&backed_off), "{backed_off} ms");
     }
 
     #[test]
