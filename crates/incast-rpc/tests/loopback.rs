@@ -591,7 +591,15 @@ async fn read_with_one_hedge(primary: Duration, replica: Duration) -> incast_rpc
     let primary = fake_server(primary, 0xEE).await;
     let replica = fake_server(replica, 0x11).await;
     let other = fake_server(Duration::from_millis(250), 0x22).await;
-    let client = Client::new([(ServerId(0), primary), (ServerId(1), replica), (ServerId(2), other)]);
+    // A read may hedge half the port's burst: 20,000 bytes here, as the policy says.
+    let receiver = incast_core::receiver::ReceiverConfig::builder()
+        .hedge_burst(40_000)
+        .build()
+        .unwrap();
+    let client = Client::with_config(
+        [(ServerId(0), primary), (ServerId(1), replica), (ServerId(2), other)],
+        ClientConfig::builder().receiver(receiver).build().unwrap(),
+    );
     let stripe = Stripe::new(vec![
         Fragment::new(ServerId(0), "k", 0, 20_000).with_replicas([ServerId(1)]),
         Fragment::new(ServerId(2), "k", 0, 30_000),
