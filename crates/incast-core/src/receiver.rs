@@ -172,7 +172,7 @@
 //! resets such connections, a read may hedge up to [`READ_HEDGE_SHARE`] of the port's hedge
 //! burst, and the bench also counts the server hosts' own RTOs: 0 over the same 66
 //! configurations and 0 on the 16 KiB port; beside bulk flows 0.35-0.55 of the line rate,
-//! with 3 and 0 RTOs in two runs. See the README's *Rerun of 2026-11-25*.)
+//! with 3, 0 and 0 RTOs in three runs. See the README's *Rerun of 2026-11-25*.)
 //!
 //! The start: [`ReceiverConfig::for_port`] starts B at [`crate::model::recommend`]'s budget
 //! for the port's rate and buffer; without a hint, at [`DEFAULT_INITIAL_BUDGET`] (the
