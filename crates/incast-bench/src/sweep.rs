@@ -196,9 +196,14 @@ fn measure_one(
     }
     let mut m = r?;
     m.cc = run.cc.clone();
-    if let (Some(tb), Some(b), Some(a)) = (testbed, before, after) {
-        m.switch_drops = Some(a.0.since(&b.0).dropped);
-        m.host_rtos = Some((a.1.saturating_sub(b.1)).saturating_sub(a.2.saturating_sub(b.2)));
+    // (port counters, host RTOs, bulk senders' RTOs) before and after.
+    if let (Some(tb), Some((port0, hosts0, bulk0)), Some((port1, hosts1, bulk1))) = (testbed, before, after) {
+        m.switch_drops = Some(port1.since(&port0).dropped);
+        m.host_rtos = Some(
+            hosts1
+                .saturating_sub(hosts0)
+                .saturating_sub(bulk1.saturating_sub(bulk0)),
+        );
         m.buffer_bytes = Some(tb.config().buffer_bytes);
         m.rate_bps = Some(tb.config().rate_bps);
     }
