@@ -15,7 +15,6 @@ use std::thread::JoinHandle;
 
 use incast_core::ServerId;
 use incast_rpc::{serve, FragmentStore, ServerConfig, SocketTuning, TcpInfo};
-use tokio::io::AsyncWriteExt;
 use tokio::sync::oneshot;
 
 use crate::netns::Netns;
@@ -193,12 +192,18 @@ impl ServerSet {
     }
 }
 
+/// How often a bulk sender adds its sockets' kernel RTOs to the shared count (5 ms), also
+/// while a write waits: a socket that just took an RTO cannot write until its
+/// retransmission is acknowledged, and counted only after each write, its RTO reached the
+/// count after the sweep had read it and was charged to the reads.
+const BULK_RTO_POLL: std::time::Duration = std::time::Duration::from_millis(5);
+
 /// Streams a constant buffer to every connection until it closes, and adds the kernel RTOs
-/// of its sockets (`tcpi_total_rto`) to `rtos`.
+/// of its sockets (`tcpi_total_rto`) to `rtos`, at least every [`BULK_RTO_POLL`].
 async fn bulk_sender(listener: tokio::net::TcpListener, cc: String, rtos: Arc<AtomicU64>) {
     let data = vec![0x5a_u8; BULK_WRITE];
     loop {
-        let Ok((mut sock, _)) = listener.accept().await else {
+        let Ok((sock, _)) = listener.accept().await else {
             return;
         };
         let _ = SocketTuning {
@@ -216,8 +221,22 @@ async fn bulk_sender(listener: tokio::net::TcpListener, cc: String, rtos: Arc<At
                     seen = seen.max(n);
                 }
             };
-            while sock.write_all(&data).await.is_ok() {
-                count(&sock);
+            let mut poll = tokio::time::interval(BULK_RTO_POLL);
+            poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    w = sock.writable() => {
+                        if w.is_err() {
+                            break;
+                        }
+                        match sock.try_write(&data) {
+                            Ok(_) => {}
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                            Err(_) => break,
+                        }
+                    }
+                    _ = poll.tick() => count(&sock),
+                }
             }
             count(&sock);
         });
