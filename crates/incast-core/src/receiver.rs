@@ -72,10 +72,13 @@
 //!   delivered (doubling per round trip, like TCP's slow start), so a fast path is not held
 //!   to the initial budget for long, and a delay over the target does not hold it: before
 //!   any loss or severe delay, a late first byte on a 2-core host is mostly CPU scheduling
-//!   (loopback: 19,495 of 22,406 samples over the target, with 16 reads of one server), and
-//!   holding slow start on it kept 16 loopback reads at 1-2 MiB of budget and 0.75-0.94x of
-//!   `naive` (README, *Rerun of 2026-11-25, sixth session*); the bandwidth-delay cap below
-//!   still bounds it. After the first decrease, by [`ADDITIVE_INCREASE`] bytes per budget's
+//!   (loopback, 16 reads of one server: 19,495 of 22,406 samples over the target, and the
+//!   budget held at 1-2 MiB); the bandwidth-delay cap below still bounds it. Measured
+//!   (README, *Sixth session*): with a server that sent each `End` in its response's last
+//!   write (since reverted) it lifted those reads from 43 to 49 Gbit/s; with the `End` in a
+//!   segment of its own the change is within the noise (0.90-0.94x of `naive` against
+//!   0.92-0.97x without it). It acts only until the first decrease, which on a lossy port
+//!   comes within the first blocks. After the first decrease, by [`ADDITIVE_INCREASE`] bytes per budget's
 //!   worth of delivered bytes (about one grant per round trip). Growth stops at
 //!   [`OVERCOMMIT`] times the port rate's bandwidth-delay product plus the target queue
 //!   (Homa's RTTbytes and overcommitment): more would only queue. The port's rate, not the
