@@ -646,9 +646,10 @@ struct LinkArgs {
     /// Testbed: bytes the client's switch port can queue (with --servers: a hint for `capped`).
     #[arg(long, default_value = "32KiB", value_parser = parse_bytes)]
     buffer: u64,
-    /// Testbed: tbf token bucket.
-    #[arg(long, default_value = "16KiB", value_parser = parse_bytes)]
-    burst: u64,
+    /// Testbed: tbf token bucket of the port. Default: 131 us at the port's rate, at least
+    /// 16 KiB (16 KiB at 1 Gbit/s).
+    #[arg(long, value_parser = parse_bytes)]
+    burst: Option<u64>,
     /// Congestion control (testbed: set in the namespaces; always: on the servers' sockets).
     #[arg(long, default_value = "cubic", value_parser = ["cubic", "reno", "bbr"])]
     cc: String,
@@ -661,9 +662,10 @@ struct LinkArgs {
     /// Default: the port's rate.
     #[arg(long, value_parser = parse_host_rate)]
     host_rate: Option<HostRate>,
-    /// Testbed: token bucket of each host's NIC shaper.
-    #[arg(long, default_value = "16KiB", value_parser = parse_bytes)]
-    host_burst: u64,
+    /// Testbed: token bucket of each host's NIC shaper. Default: 131 us at the NIC's rate, at
+    /// least 16 KiB (16 KiB at 1 Gbit/s).
+    #[arg(long, value_parser = parse_bytes)]
+    host_burst: Option<u64>,
 }
 
 /// `--host-rate`: a rate, or `off`.
@@ -680,14 +682,17 @@ fn parse_host_rate(s: &str) -> Result<HostRate, String> {
 impl LinkArgs {
     /// The testbed for a sweep whose widest read has `senders` senders.
     fn testbed(&self, senders: usize) -> TestbedConfig {
+        let host_rate_bps = self.host_rate.map_or(Some(self.rate), |h| h.0);
         TestbedConfig {
             rate_bps: self.rate,
             buffer_bytes: self.buffer,
-            burst_bytes: self.burst,
+            burst_bytes: self.burst.unwrap_or_else(|| testbed::default_bucket(self.rate)),
             cc: self.cc.clone(),
             hosts: self.hosts.unwrap_or_else(|| testbed::default_hosts(senders)),
-            host_rate_bps: self.host_rate.map_or(Some(self.rate), |h| h.0),
-            host_burst_bytes: self.host_burst,
+            host_rate_bps,
+            host_burst_bytes: self
+                .host_burst
+                .unwrap_or_else(|| testbed::default_bucket(host_rate_bps.unwrap_or(self.rate))),
         }
     }
 }
