@@ -82,12 +82,10 @@ pub const DEFAULT_MAX_HOSTS: usize = 64;
 pub const DEFAULT_RATE_BPS: u64 = 1_000_000_000;
 /// Default port buffer (32 KiB), the shallow buffer of the seeds' switches.
 pub const DEFAULT_BUFFER: u64 = 32 * 1024;
-/// Default tbf bucket of the port at [`DEFAULT_RATE_BPS`] (16 KiB); at other rates see
-/// [`default_bucket`].
+/// Default bucket of every shaper (the port's tbf and each host NIC's) at
+/// [`DEFAULT_RATE_BPS`], and its floor at lower rates (16 KiB: see the module docs); at
+/// other rates see [`default_bucket`].
 pub const DEFAULT_BURST: u64 = 16 * 1024;
-/// Default bucket of each host's NIC shaper at [`DEFAULT_RATE_BPS`] (16 KiB: see the module
-/// docs); at other rates see [`default_bucket`].
-pub const DEFAULT_HOST_BURST: u64 = 16 * 1024;
 /// Queue of each host's NIC shaper (4 MiB: deep, a NIC ring; hosts never drop, the switch does).
 pub const HOST_QUEUE: u64 = 4 << 20;
 /// Default congestion control, set explicitly in every namespace and on every socket.
@@ -175,11 +173,11 @@ impl Default for TestbedConfig {
         Self {
             rate_bps: DEFAULT_RATE_BPS,
             buffer_bytes: DEFAULT_BUFFER,
-            burst_bytes: DEFAULT_BURST,
+            burst_bytes: default_bucket(DEFAULT_RATE_BPS),
             cc: DEFAULT_CC.to_owned(),
             hosts: 1,
             host_rate_bps: Some(DEFAULT_RATE_BPS),
-            host_burst_bytes: DEFAULT_HOST_BURST,
+            host_burst_bytes: default_bucket(DEFAULT_RATE_BPS),
         }
     }
 }
