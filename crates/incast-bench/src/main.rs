@@ -60,7 +60,8 @@ use units::{parse_bytes, parse_duration, parse_rate};
 #[command(
     name = "incast-bench",
     version,
-    about = "Reproduces TCP incast and measures fan-in read strategies side by side"
+    about = "Reproduces TCP incast and measures fan-in read strategies side by side",
+    after_help = "Environment:\n  INCAST_LOG=debug   print the library's telemetry (hedges, resets, budget changes, read ends) to stderr"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -1191,9 +1192,36 @@ fn raise_open_file_limit() {
     }
 }
 
+/// The environment variable that turns on the library's telemetry: `INCAST_LOG=debug`
+/// prints every hedge, retry, failed request, lost connection, port budget change and read
+/// end to stderr (see `incast_rpc`'s client docs, *Telemetry*).
+const LOG_ENV: &str = "INCAST_LOG";
+
+/// Installs a stderr subscriber at the level `INCAST_LOG` names (`error`, `warn`, `info`,
+/// `debug` or `trace`); nothing when it is unset. An unknown level is an error, not a
+/// silent default.
+fn init_logging() -> Result<(), String> {
+    let Some(level) = std::env::var_os(LOG_ENV) else {
+        return Ok(());
+    };
+    let level = level.to_string_lossy();
+    let level: tracing_subscriber::filter::LevelFilter = level
+        .parse()
+        .map_err(|_| format!("{LOG_ENV}={level:?}: expected error, warn, info, debug, trace or off"))?;
+    tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::stderr)
+        .init();
+    Ok(())
+}
+
 fn main() -> ExitCode {
     raise_open_file_limit();
     let cli = Cli::parse();
+    if let Err(e) = init_logging() {
+        eprintln!("incast-bench: {e}");
+        return ExitCode::from(2);
+    }
     let result = match &cli.command {
         Command::Model(a) => run_model(a).map_err(CliError::from),
         Command::Serve(a) => run_serve(a),
