@@ -542,10 +542,19 @@ async fn a_dropped_handle_detaches_and_shutdown_stops_the_server() {
 /// A fake server that answers every request after `delay` with `len` bytes of `fill`, and
 /// ignores cancels: it plays a stalled connection whose bytes arrive after the hedge.
 async fn fake_server(delay: Duration, fill: u8) -> std::net::SocketAddr {
+    fake_server_per_conn(move |_| delay, fill).await
+}
+
+/// As [`fake_server`], with the delay of the `n`th accepted connection (from 0) given by
+/// `delay_of(n)`: it answers that connection's requests in order, each after that delay.
+async fn fake_server_per_conn(delay_of: impl Fn(usize) -> Duration + Send + 'static, fill: u8) -> std::net::SocketAddr {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     tokio::spawn(async move {
+        let mut accepted = 0;
         while let Ok((mut s, _)) = l.accept().await {
+            let delay = delay_of(accepted);
+            accepted += 1;
             tokio::spawn(async move {
                 let mut got = Vec::new();
                 let mut buf = vec![0u8; 4096];
@@ -661,6 +670,58 @@ async fn late_bytes_of_a_spurious_hedge_original_are_drained_and_never_reach_the
         (r.stats.hedges_spurious, r.connections_reset, r.drained_bytes),
         (1, 0, 20_000),
         "{r:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hedge_never_queues_behind_the_stalled_response_it_replaces() {
+    // One server, no replica. Its first two connections (the fragment's primary and spare
+    // lanes) answer only after 600 ms; later connections answer at once. The grant stalls
+    // on the primary, its hedge on the spare, and the next hedge goes back to the primary
+    // lane: that connection still owes the first response, so it is reset and the hedge
+    // goes out on a new connection instead of waiting 600 ms behind it.
+    let server = fake_server_per_conn(
+        |n| {
+            if n < 2 {
+                Duration::from_millis(600)
+            } else {
+                Duration::ZERO
+            }
+        },
+        0x33,
+    )
+    .await;
+    let receiver = incast_core::receiver::ReceiverConfig::builder()
+        .hedge_burst(400_000)
+        .build()
+        .unwrap();
+    let client = Client::with_config(
+        [(ServerId(0), server)],
+        ClientConfig::builder().receiver(receiver).build().unwrap(),
+    );
+    let stripe = Stripe::new(vec![Fragment::new(ServerId(0), "k", 0, 20_000)]).unwrap();
+    let policy = Policy::builder()
+        .rto(rto(
+            Duration::from_millis(5),
+            Duration::from_millis(1),
+            Duration::from_secs(1),
+        ))
+        .grant_size(GrantSize::Whole)
+        .hedging(Hedging::AfterRto {
+            budget_fraction: 0.0,
+            min_budget_bytes: 100_000,
+        })
+        .build()
+        .unwrap();
+    let out = client.fan_in_read(&stripe, &policy).await.unwrap();
+    assert!(out.block.iter().all(|&b| b == 0x33));
+    let r = &out.report;
+    assert!(r.connections_reset >= 1, "{r:?}");
+    assert!(r.fragments[0].hedges >= 2, "{:?}", r.fragments[0]);
+    assert!(
+        r.fragments[0].done < Some(Duration::from_millis(300)),
+        "the hedge waited behind the stalled response: {:?}",
+        r.fragments[0]
     );
 }
 

@@ -137,8 +137,9 @@ pub struct ReadReport {
     pub retransmits: u64,
     /// Connections opened by this read (the rest came from the pool).
     pub connects: u32,
-    /// Connections this read reset because a hedge of their stalled response won, and they
-    /// owed nothing else (their servers would have taken a kernel RTO on them).
+    /// Connections this read reset because they owed only stalled responses that were hedged
+    /// away: once a hedge won (their servers would have taken a kernel RTO on them), or
+    /// before a hedge that would otherwise have queued behind them.
     pub connections_reset: u32,
     /// Responses whose CRC32C did not match (re-requested).
     pub checksum_failures: u32,
