@@ -827,6 +827,7 @@ impl<'a> Driver<'a> {
         #[cfg(not(feature = "tls"))]
         let tls: TlsSettings = None;
         self.connecting.push(Box::pin(async move {
+            #[cfg(feature = "tracing")]
             let began = Instant::now();
             let result = tokio::time::timeout(timeout, connect(server, addr, &tuning, tls))
                 .await
