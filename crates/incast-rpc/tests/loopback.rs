@@ -592,6 +592,23 @@ async fn fake_server_per_conn(delay_of: impl Fn(usize) -> Duration + Send + 'sta
     addr
 }
 
+/// Whole-fragment grants that time out after about 5 ms, with `hedge_bytes` of hedging.
+fn whole_grants_hedged_after_5ms(hedge_bytes: u64) -> Policy {
+    Policy::builder()
+        .rto(rto(
+            Duration::from_millis(5),
+            Duration::from_millis(1),
+            Duration::from_secs(1),
+        ))
+        .grant_size(GrantSize::Whole)
+        .hedging(Hedging::AfterRto {
+            budget_fraction: 0.0,
+            min_budget_bytes: hedge_bytes,
+        })
+        .build()
+        .unwrap()
+}
+
 /// Fragment 0: its primary (server 0) answers after `primary` with 0xEE (wrong, so that a
 /// leak shows), its replica (server 1) after `replica` with 0x11. Fragment 1 (server 2)
 /// answers after 250 ms and is too large for the hedge budget, so it keeps the read open
@@ -614,20 +631,8 @@ async fn read_with_one_hedge(primary: Duration, replica: Duration) -> incast_rpc
         Fragment::new(ServerId(2), "k", 0, 30_000),
     ])
     .unwrap();
-    let policy = Policy::builder()
-        .rto(rto(
-            Duration::from_millis(5),
-            Duration::from_millis(1),
-            Duration::from_secs(1),
-        ))
-        .grant_size(GrantSize::Whole)
-        // Room for one hedge of fragment 0, none of fragment 1.
-        .hedging(Hedging::AfterRto {
-            budget_fraction: 0.0,
-            min_budget_bytes: 20_000,
-        })
-        .build()
-        .unwrap();
+    // Room for one hedge of fragment 0, none of fragment 1.
+    let policy = whole_grants_hedged_after_5ms(20_000);
     let out = client.fan_in_read(&stripe, &policy).await.unwrap();
     assert!(
         out.block[..20_000].iter().all(|&b| b == 0x11),
@@ -700,19 +705,7 @@ async fn a_hedge_never_queues_behind_the_stalled_response_it_replaces() {
         ClientConfig::builder().receiver(receiver).build().unwrap(),
     );
     let stripe = Stripe::new(vec![Fragment::new(ServerId(0), "k", 0, 20_000)]).unwrap();
-    let policy = Policy::builder()
-        .rto(rto(
-            Duration::from_millis(5),
-            Duration::from_millis(1),
-            Duration::from_secs(1),
-        ))
-        .grant_size(GrantSize::Whole)
-        .hedging(Hedging::AfterRto {
-            budget_fraction: 0.0,
-            min_budget_bytes: 100_000,
-        })
-        .build()
-        .unwrap();
+    let policy = whole_grants_hedged_after_5ms(100_000);
     let out = client.fan_in_read(&stripe, &policy).await.unwrap();
     assert!(out.block.iter().all(|&b| b == 0x33));
     let r = &out.report;
