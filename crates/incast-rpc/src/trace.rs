@@ -5,7 +5,8 @@
 //! stripe's first key, its fragments, distinct servers and bytes; the span records the read's
 //! elapsed time, grants and hedges when it ends):
 //! - `DEBUG` events: hedges and retries issued, requests that failed and why, connections
-//!   lost, port budget changes, and the read's end;
+//!   opened (with the time the connect took), reset or lost, port budget changes, and the
+//!   read's end;
 //! - an `INFO` event when a read fails, with the error.
 //!
 //! Nothing is emitted per byte or per frame: the costliest path is one comparison per event
