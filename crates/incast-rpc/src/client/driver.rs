@@ -1214,16 +1214,21 @@ impl<'a> Driver<'a> {
                 .inflight
                 .iter()
                 .any(|f| f.fragment == fragment && f.cancelled.is_some());
-            let all_cancelled = c.inflight.iter().all(|f| f.grant.is_none());
-            if c.broken || !stalled_here || !all_cancelled {
-                continue;
+            if stalled_here && owes_only_cancelled(c) {
+                let why = format!("{} reset after a hedge of its stalled response won", c.server);
+                self.reset_conn(i, why);
             }
-            let why = format!("{} reset after a hedge of its stalled response won", c.server);
-            if crate::sys::disconnect(std::os::fd::AsFd::as_fd(c.stream.as_ref())).is_ok() {
-                crate::trace::event!(debug, server = %c.server, "stalled connection reset");
-                self.report.connections_reset += 1;
-                self.break_conn(i, why);
-            }
+        }
+    }
+
+    /// Resets connection `i` (`connect` to `AF_UNSPEC`: the kernel sends RST and forgets it),
+    /// counts it in the report and marks it broken; the next grant to its lane opens a new one.
+    fn reset_conn(&mut self, i: usize, why: String) {
+        let c = &self.conns[i];
+        if crate::sys::disconnect(std::os::fd::AsFd::as_fd(c.stream.as_ref())).is_ok() {
+            crate::trace::event!(debug, server = %c.server, cause = %why, "stalled connection reset");
+            self.report.connections_reset += 1;
+            self.break_conn(i, why);
         }
     }
 
@@ -1245,16 +1250,11 @@ impl<'a> Driver<'a> {
             return;
         };
         let c = &self.conns[i];
-        let owes_cancelled = c.inflight.iter().any(|f| f.cancelled.is_some());
-        let all_cancelled = c.inflight.iter().all(|f| f.grant.is_none());
-        if c.broken || !owes_cancelled || !all_cancelled {
-            return;
-        }
-        let why = format!("{server} reset: a hedge would queue behind its stalled response");
-        if crate::sys::disconnect(std::os::fd::AsFd::as_fd(c.stream.as_ref())).is_ok() {
-            crate::trace::event!(debug, server = %server, "stalled connection reset before a hedge");
-            self.report.connections_reset += 1;
-            self.break_conn(i, why);
+        if c.inflight.iter().any(|f| f.cancelled.is_some()) && owes_only_cancelled(c) {
+            self.reset_conn(
+                i,
+                format!("{server} reset: a hedge would queue behind its stalled response"),
+            );
         }
     }
 
@@ -1358,4 +1358,10 @@ async fn connect(
         };
     }
     Ok((stream, None, report))
+}
+
+/// A live connection whose every outstanding response was cancelled (hedged away): nothing
+/// it still owes is wanted, so resetting it loses no live grant.
+fn owes_only_cancelled(c: &Conn) -> bool {
+    !c.broken && c.inflight.iter().all(|f| f.grant.is_none())
 }
