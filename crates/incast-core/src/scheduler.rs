@@ -48,7 +48,10 @@
 //!   range, first in line, on the spare connection of the same server or on a replica. The
 //!   replacement takes over the budget the stalled grant held, so hedges draw from B like
 //!   everything else, and their bytes are charged to the hedge budget; when that is spent the
-//!   grant just waits, with exponential backoff. Racing the stalled request instead would
+//!   grant waits, with exponential backoff, and after [`ESCALATE_AFTER_STALLS`] stalls it is
+//!   moved (cancelled and re-requested, no hedge budget spent) to a replica, or without one
+//!   to the server's other connection, so it never waits on the server kernel's own
+//!   backed-off RTO. Racing the stalled request instead would
 //!   need extra budget exactly when the budget is full (and in TCP incast the stalled flow is
 //!   waiting for a 200 ms timer, so it would not win the race anyway).
 //! - **Stalls are per connection.** A transport serves the grants of one connection (a
@@ -374,8 +377,9 @@ pub struct SchedulerStats {
     /// one. Hedges neither won nor spurious are still open, or their original was cut short
     /// by the cancel.
     pub hedges_spurious: u64,
-    /// Stalled grants moved to a replica as failures because the hedge budget was spent and
-    /// they stayed stalled for [`ESCALATE_AFTER_STALLS`] timeouts.
+    /// Stalled grants moved (to a replica, or to the other connection of the same server)
+    /// because the hedge budget was spent and they stayed stalled for
+    /// [`ESCALATE_AFTER_STALLS`] timeouts.
     pub escalations: u64,
 }
 
@@ -384,9 +388,9 @@ pub struct SchedulerStats {
 /// TCP segment's payload.
 pub const MIN_PROGRESS_BYTES: u64 = 1448;
 
-/// Consecutive stalls without progress, with the hedge budget spent, after which a grant
-/// that has a replica left is failed over to it instead of waiting on (for example) a
-/// kernel RTO that keeps backing off.
+/// Consecutive stalls without progress, with the hedge budget spent, after which a grant is
+/// moved to a replica that has not failed, or to the other connection of its server,
+/// instead of waiting on (for example) a kernel RTO that keeps backing off.
 pub const ESCALATE_AFTER_STALLS: u32 = 6;
 
 /// What a client-wide receiver lets one read issue now (see [`crate::receiver`]). The
@@ -1535,7 +1539,8 @@ impl Scheduler {
         if !(self.hedging && self.stats.hedged_bytes + len <= self.hedge_budget && len <= gate.hedge_room) {
             if self.hedging {
                 self.stats.hedges_denied += 1;
-                if self.frags[f].backoff >= ESCALATE_AFTER_STALLS && self.escalate(id) {
+                if self.frags[f].backoff >= ESCALATE_AFTER_STALLS {
+                    self.escalate(id);
                     return;
                 }
             }
@@ -1591,12 +1596,21 @@ impl Scheduler {
         self.requeue(f as u32);
     }
 
-    /// Moves stalled grant `id` to the fragment's next replica that has not failed (the
-    /// transport is told to cancel it; its range is re-requested there first, as a retry),
-    /// or, if the fragment already left the grant's route, to the fragment's route. Returns
-    /// false, and does nothing, when there is no such replica: then waiting is all that is
-    /// left.
-    fn escalate(&mut self, id: GrantId) -> bool {
+    /// Moves stalled grant `id` (the transport is told to cancel it; its range is
+    /// re-requested first, as a retry) to the fragment's next replica that has not failed,
+    /// or, without one, to the other lane of the same server: a new connection. If the
+    /// fragment already left the grant's route, the grant follows the fragment.
+    ///
+    /// Why the other lane: without a replica, a stalled grant whose read has spent its hedge
+    /// budget used to wait for its connection, that is for the server kernel's RTO, which
+    /// doubles on every lost retransmission (200 ms, 400 ms, 800 ms, ...), and beside bulk
+    /// flows that keep the port's buffer full retransmissions are lost again and again. On
+    /// the testbed (2 Gbit/s, 32 KiB port, 2 bulk flows) warm-up reads twice waited their
+    /// whole 30 s deadline on stalled grants (once on 12 servers, once on one); whatever
+    /// stalled them, with the hedges spent nothing but the deadline ended the wait. A new
+    /// connection starts without that backoff. It is a move, not a copy: the cancelled
+    /// grant's bytes leave the port's budget, and no hedge budget is spent.
+    fn escalate(&mut self, id: GrantId) {
         let live = self.live(id).expect("stalled grant is live");
         let frag = &self.frags[live.frag as usize];
         // A grant left behind on a route its fragment already moved off (a hedge of the grant
@@ -1606,10 +1620,10 @@ impl Scheduler {
         let next = if live.route != frag.route {
             None
         } else {
-            match next_route(frag, |r| r != frag.route) {
-                Some(next) => Some(next),
-                None => return false,
-            }
+            Some(match next_route(frag, |r| r != frag.route) {
+                Some(next) => (next, Lane::Primary),
+                None => (frag.route, live.lane.other()),
+            })
         };
         let live = self.release(id);
         self.cancels.push_back(Action::Cancel {
@@ -1621,9 +1635,8 @@ impl Scheduler {
         // Moved, not marked failed: the server may only be slow, and stays a route to return
         // to if the replica fails.
         let frag = &mut self.frags[live.frag as usize];
-        if let Some(next) = next {
-            frag.route = next;
-            frag.lane = Lane::Primary;
+        if let Some((route, lane)) = next {
+            (frag.route, frag.lane) = (route, lane);
         }
         frag.backoff = 0;
         frag.holes.push(Hole {
@@ -1633,7 +1646,6 @@ impl Scheduler {
             orig: None,
         });
         self.requeue(live.frag);
-        true
     }
 
     fn push_timer(&mut self, at: Instant, id: GrantId) {
@@ -2151,6 +2163,58 @@ mod tests {
         assert_eq!((r.server, r.kind, r.len), (ServerId(1), GrantKind::Retry, 1_000));
         assert_eq!(s.stats().escalations, 1);
         assert_eq!(s.stats().hedges, 0);
+        finish(&mut s, r, now);
+        assert!(s.is_complete());
+    }
+
+    #[test]
+    fn without_a_replica_a_stalled_grant_escalates_to_the_other_lane() {
+        // One server, no replica, no hedge budget: the grant used to wait for its
+        // connection (the server kernel's backed-off RTO) until the read's deadline.
+        let stripe = Stripe::new(vec![Fragment::new(ServerId(0), "k", 0, 1_000)]).unwrap();
+        let p = Policy::builder()
+            .hedging(Hedging::AfterRto {
+                budget_fraction: 0.0,
+                min_budget_bytes: 0,
+            })
+            .build()
+            .unwrap();
+        let mut s = Scheduler::new(&stripe, &p, 7);
+        let mut now = Instant::now();
+        let g = requests(&mut s, now).pop().unwrap();
+        assert_eq!((g.server, g.lane), (ServerId(0), Lane::Primary));
+        let mut moved = None;
+        for stall in 0..ESCALATE_AFTER_STALLS {
+            assert!(
+                moved.is_none(),
+                "escalated after {stall} of {ESCALATE_AFTER_STALLS} stalls"
+            );
+            now = s.poll_timeout().unwrap();
+            s.handle_timeout(now);
+            let actions: Vec<_> = std::iter::from_fn(|| s.poll_action(now)).collect();
+            if !actions.is_empty() {
+                moved = Some(actions);
+            }
+        }
+        let actions = moved.expect("escalated");
+        assert_eq!(
+            actions[0],
+            Action::Cancel {
+                id: g.id,
+                server: ServerId(0),
+                lane: Lane::Primary
+            }
+        );
+        let Action::Request(r) = &actions[1] else {
+            panic!("{actions:?}")
+        };
+        assert_eq!(
+            (r.server, r.lane, r.kind, r.len),
+            (ServerId(0), Lane::Spare, GrantKind::Retry, 1_000)
+        );
+        assert_eq!((s.stats().escalations, s.stats().hedges), (1, 0));
+        // The late bytes of the moved grant are dropped; the retry completes the block.
+        assert_eq!(s.on_bytes(now, g.id, 10), Ok(Delivery::Discard));
         finish(&mut s, r, now);
         assert!(s.is_complete());
     }

@@ -719,6 +719,49 @@ async fn a_hedge_never_queues_behind_the_stalled_response_it_replaces() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_hedge_budget_or_replica_a_stalled_grant_moves_to_a_new_connection() {
+    // One server, no replica, no hedge budget. Its first connection answers only after 20 s
+    // (a server socket deep in RTO backoff); later ones at once. After its stalls the grant
+    // is moved to the server's other connection instead of waiting out the read's deadline.
+    let server = fake_server_per_conn(
+        |n| {
+            if n < 1 {
+                Duration::from_secs(20)
+            } else {
+                Duration::ZERO
+            }
+        },
+        0x44,
+    )
+    .await;
+    let receiver = incast_core::receiver::ReceiverConfig::builder()
+        .hedge_burst(0)
+        .hedge_fraction(0.0)
+        .build()
+        .unwrap();
+    let client = Client::with_config(
+        [(ServerId(0), server)],
+        ClientConfig::builder()
+            .receiver(receiver)
+            .read_timeout(Duration::from_secs(5))
+            .build()
+            .unwrap(),
+    );
+    let stripe = Stripe::new(vec![Fragment::new(ServerId(0), "k", 0, 20_000)]).unwrap();
+    let policy = whole_grants_hedged_after_5ms(0);
+    let out = client.fan_in_read(&stripe, &policy).await.unwrap();
+    assert!(out.block.iter().all(|&b| b == 0x44));
+    let r = &out.report;
+    assert_eq!(r.stats.hedges, 0, "{r:?}");
+    assert!(r.stats.escalations >= 1, "{r:?}");
+    assert!(
+        r.fragments[0].done < Some(Duration::from_secs(2)),
+        "the grant waited on its stalled connection: {:?}",
+        r.fragments[0]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_stalling_mid_frame_is_disconnected_and_others_are_served() {
     let store = MemStore::new();
     store.insert("blk", object(0, 1000));

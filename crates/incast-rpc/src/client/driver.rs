@@ -218,7 +218,7 @@ pub(super) struct Driver<'a> {
     too_large: HashMap<usize, (ServerId, Option<u64>)>,
     /// An error that ends the read, found where it cannot be returned at once.
     fatal: Option<FanInError>,
-    /// Hedges sent over TCP and not ended yet (see [`Driver::reset_abandoned`]).
+    /// Hedges and retries sent over TCP and not ended yet (see [`Driver::reset_abandoned`]).
     hedges: HashSet<GrantId>,
 }
 
@@ -420,7 +420,9 @@ impl<'a> Driver<'a> {
                         self.start_stream(&g);
                         continue;
                     }
-                    if g.kind == GrantKind::Hedge {
+                    // A hedge, or a stalled grant moved after the hedge budget was spent
+                    // (a retry): both replace a response stuck on a connection.
+                    if matches!(g.kind, GrantKind::Hedge | GrantKind::Retry) {
                         self.hedges.insert(g.id);
                         self.reset_behind_hole(g.server, g.lane);
                     }
@@ -1193,8 +1195,9 @@ impl<'a> Driver<'a> {
         Ok(())
     }
 
-    /// A hedge of `fragment` won: resets every connection that now owes only cancelled
-    /// responses, one of them this fragment's stalled original.
+    /// A hedge (or a retry: a stalled grant moved after the hedge budget was spent) of
+    /// `fragment` won: resets every connection that now owes only cancelled responses, one
+    /// of them this fragment's stalled original.
     ///
     /// Why: such a connection is almost always waiting out a lost tail (often a lost
     /// retransmission, which Linux repairs only by its RTO: no loss probe in recovery, and
