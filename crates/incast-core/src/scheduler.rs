@@ -2121,57 +2121,13 @@ mod tests {
         assert_eq!((s.stats().stalls, s.stats().escalations), (0, 0));
     }
 
-    #[test]
-    fn a_grant_stalled_past_the_hedge_budget_escalates_to_a_replica() {
-        let stripe = Stripe::new(vec![
-            Fragment::new(ServerId(0), "k", 0, 1_000).with_replicas([ServerId(1)])
-        ])
-        .unwrap();
-        let p = Policy::builder()
-            .hedging(Hedging::AfterRto {
-                budget_fraction: 0.0,
-                min_budget_bytes: 0,
-            })
-            .build()
-            .unwrap();
-        let mut s = Scheduler::new(&stripe, &p, 7);
-        let mut now = Instant::now();
-        let g = requests(&mut s, now).pop().unwrap();
-        assert_eq!(g.server, ServerId(0));
-        let mut moved = None;
-        for _ in 0..ESCALATE_AFTER_STALLS {
-            assert!(moved.is_none(), "escalated before {ESCALATE_AFTER_STALLS} stalls");
-            now = s.poll_timeout().unwrap();
-            s.handle_timeout(now);
-            let actions: Vec<_> = std::iter::from_fn(|| s.poll_action(now)).collect();
-            if !actions.is_empty() {
-                moved = Some(actions);
-            }
-        }
-        let actions = moved.expect("escalated");
-        assert_eq!(
-            actions[0],
-            Action::Cancel {
-                id: g.id,
-                server: ServerId(0),
-                lane: Lane::Primary
-            }
-        );
-        let Action::Request(r) = &actions[1] else {
-            panic!("{actions:?}")
-        };
-        assert_eq!((r.server, r.kind, r.len), (ServerId(1), GrantKind::Retry, 1_000));
-        assert_eq!(s.stats().escalations, 1);
-        assert_eq!(s.stats().hedges, 0);
-        finish(&mut s, r, now);
-        assert!(s.is_complete());
-    }
-
-    #[test]
-    fn without_a_replica_a_stalled_grant_escalates_to_the_other_lane() {
-        // One server, no replica, no hedge budget: the grant used to wait for its
-        // connection (the server kernel's backed-off RTO) until the read's deadline.
-        let stripe = Stripe::new(vec![Fragment::new(ServerId(0), "k", 0, 1_000)]).unwrap();
+    /// A one-fragment read of 1,000 bytes on server 0 (with `replicas`) and no hedge
+    /// budget, whose first grant never progresses: returns the scheduler, that grant, the
+    /// retry it was moved to after [`ESCALATE_AFTER_STALLS`] stalls (checking that the
+    /// original was cancelled first, and not before), and the time of the move.
+    fn escalated(replicas: &[ServerId]) -> (Scheduler, Grant, Grant, Instant) {
+        let frag = Fragment::new(ServerId(0), "k", 0, 1_000).with_replicas(replicas.iter().copied());
+        let stripe = Stripe::new(vec![frag]).unwrap();
         let p = Policy::builder()
             .hedging(Hedging::AfterRto {
                 budget_fraction: 0.0,
@@ -2208,14 +2164,28 @@ mod tests {
         let Action::Request(r) = &actions[1] else {
             panic!("{actions:?}")
         };
-        assert_eq!(
-            (r.server, r.lane, r.kind, r.len),
-            (ServerId(0), Lane::Spare, GrantKind::Retry, 1_000)
-        );
+        assert_eq!((r.kind, r.len), (GrantKind::Retry, 1_000));
         assert_eq!((s.stats().escalations, s.stats().hedges), (1, 0));
+        (s, g, r.clone(), now)
+    }
+
+    #[test]
+    fn a_grant_stalled_past_the_hedge_budget_escalates_to_a_replica() {
+        let (mut s, _, r, now) = escalated(&[ServerId(1)]);
+        assert_eq!((r.server, r.lane), (ServerId(1), Lane::Primary));
+        finish(&mut s, &r, now);
+        assert!(s.is_complete());
+    }
+
+    #[test]
+    fn without_a_replica_a_stalled_grant_escalates_to_the_other_lane() {
+        // One server, no replica, no hedge budget: the grant used to wait for its
+        // connection (the server kernel's backed-off RTO) until the read's deadline.
+        let (mut s, g, r, now) = escalated(&[]);
+        assert_eq!((r.server, r.lane), (ServerId(0), Lane::Spare));
         // The late bytes of the moved grant are dropped; the retry completes the block.
         assert_eq!(s.on_bytes(now, g.id, 10), Ok(Delivery::Discard));
-        finish(&mut s, r, now);
+        finish(&mut s, &r, now);
         assert!(s.is_complete());
     }
 
