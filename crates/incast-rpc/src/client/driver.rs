@@ -219,7 +219,7 @@ pub(super) struct Driver<'a> {
     /// An error that ends the read, found where it cannot be returned at once.
     fatal: Option<FanInError>,
     /// Hedges and retries sent over TCP and not ended yet (see [`Driver::reset_abandoned`]).
-    hedges: HashSet<GrantId>,
+    replacements: HashSet<GrantId>,
 }
 
 /// What a burst of reading on one connection ended with.
@@ -256,7 +256,7 @@ impl<'a> Driver<'a> {
             readable: FuturesUnordered::new(),
             connecting: FuturesUnordered::new(),
             pending: HashMap::new(),
-            hedges: HashSet::new(),
+            replacements: HashSet::new(),
             tuning,
             report: ReadReport {
                 fragments: vec![FragmentReport::default(); stripe.len()],
@@ -423,7 +423,7 @@ impl<'a> Driver<'a> {
                     // A hedge, or a stalled grant moved after the hedge budget was spent
                     // (a retry): both replace a response stuck on a connection.
                     if matches!(g.kind, GrantKind::Hedge | GrantKind::Retry) {
-                        self.hedges.insert(g.id);
+                        self.replacements.insert(g.id);
                         self.reset_behind_hole(g.server, g.lane);
                     }
                     match self.conn(g.server, g.lane) {
@@ -792,7 +792,7 @@ impl<'a> Driver<'a> {
     /// the read (then `why` is the read's last cause).
     fn grant_failed(&mut self, now: Instant, g: GrantId, why: String) {
         crate::trace::event!(debug, grant = g.as_u64(), cause = %why, "request failed");
-        self.hedges.remove(&g);
+        self.replacements.remove(&g);
         self.last_cause = why;
         let _ = self.sched.on_failed(now, g);
     }
@@ -1174,7 +1174,7 @@ impl<'a> Driver<'a> {
             .sched
             .on_done(now, g, got.fragment)
             .map_err(|e| format!("{server}: {e}"))?;
-        if self.hedges.remove(&g) {
+        if self.replacements.remove(&g) {
             self.reset_abandoned(got.fragment);
         }
         // One more look at the port only for a fragment whose length was announced.
@@ -1235,9 +1235,10 @@ impl<'a> Driver<'a> {
         }
     }
 
-    /// A hedge is about to go to `(server, lane)`: if that connection owes only cancelled
-    /// responses (an earlier stalled grant of this read, hedged away), resets it, so the
-    /// hedge goes out on a new connection instead of queueing behind the old response.
+    /// A hedge or a retry is about to go to `(server, lane)`: if that connection owes only
+    /// cancelled responses (an earlier stalled grant of this read, hedged or moved away),
+    /// resets it, so the replacement goes out on a new connection instead of queueing
+    /// behind the old response.
     ///
     /// Why: a response that stalled is almost always behind a lost segment that only the
     /// server's RTO will repair, and TCP delivers in order, so a hedge sent behind it
@@ -1256,7 +1257,7 @@ impl<'a> Driver<'a> {
         if c.inflight.iter().any(|f| f.cancelled.is_some()) && owes_only_cancelled(c) {
             self.reset_conn(
                 i,
-                format!("{server} reset: a hedge would queue behind its stalled response"),
+                format!("{server} reset: a hedge or retry would queue behind its stalled response"),
             );
         }
     }
