@@ -667,6 +667,23 @@ struct LinkArgs {
     /// least 16 KiB (16 KiB at 1 Gbit/s).
     #[arg(long, value_parser = parse_bytes)]
     host_burst: Option<u64>,
+    /// Testbed: largest super-packet (GSO unit) a host hands its NIC whole, the interface's
+    /// `gso_max_size`, or `kernel` for the kernel's 64 KiB. The port queues or drops such a
+    /// unit whole. Default: half the port's buffer where a host's units could be larger (its
+    /// bucket, or 64 KiB without a NIC shaper), else the kernel's.
+    #[arg(long, value_parser = parse_host_gso)]
+    host_gso_max: Option<HostGso>,
+}
+
+/// `--host-gso-max`: bytes, or `kernel`.
+#[derive(Clone, Copy, Debug)]
+struct HostGso(Option<u64>);
+
+fn parse_host_gso(s: &str) -> Result<HostGso, String> {
+    if s.eq_ignore_ascii_case("kernel") {
+        return Ok(HostGso(None));
+    }
+    parse_bytes(s).map(|b| HostGso(Some(b)))
 }
 
 /// `--host-rate`: a rate, or `off`.
@@ -684,6 +701,9 @@ impl LinkArgs {
     /// The testbed for a sweep whose widest read has `senders` senders.
     fn testbed(&self, senders: usize) -> TestbedConfig {
         let host_rate_bps = self.host_rate.map_or(Some(self.rate), |h| h.0);
+        let host_burst_bytes = self
+            .host_burst
+            .unwrap_or_else(|| testbed::default_bucket(host_rate_bps.unwrap_or(self.rate)));
         TestbedConfig {
             rate_bps: self.rate,
             buffer_bytes: self.buffer,
@@ -691,9 +711,11 @@ impl LinkArgs {
             cc: self.cc.clone(),
             hosts: self.hosts.unwrap_or_else(|| testbed::default_hosts(senders)),
             host_rate_bps,
-            host_burst_bytes: self
-                .host_burst
-                .unwrap_or_else(|| testbed::default_bucket(host_rate_bps.unwrap_or(self.rate))),
+            host_burst_bytes,
+            host_gso_max_bytes: self.host_gso_max.map_or_else(
+                || testbed::default_host_gso_max(self.buffer, host_rate_bps, host_burst_bytes),
+                |g| g.0,
+            ),
         }
     }
 }

@@ -148,6 +148,8 @@ fn default_reads_every_byte_through_the_host_topology_and_leaves_nothing() {
     // One host per sender of the widest read, each with a line-rate NIC.
     assert_eq!(h["testbed"]["hosts"], 32);
     assert_eq!(h["testbed"]["host_rate_bps"], 1_000_000_000u64);
+    // Its 16 KiB bucket is half the 32 KiB port: GSO units keep the kernel's size.
+    assert!(h["testbed"]["host_gso_max_bytes"].is_null(), "{h}");
     // Calibration: one sender streaming reaches 90% of what the port can carry.
     let capacity = h["port_payload_capacity_mbps"].as_f64().unwrap();
     assert!((950.0..960.0).contains(&capacity), "{h}");
@@ -231,6 +233,36 @@ fn background_flows_share_the_port_with_the_reads() {
     // Both got something through the one port, and together no more than it carries.
     let capacity = lines[0]["port_payload_capacity_mbps"].as_f64().unwrap();
     assert!(reads > 0.0 && bulk > 0.0 && reads + bulk < capacity * 1.02, "{r}");
+    assert_nothing_left();
+}
+
+#[test]
+fn a_port_shallower_than_twice_a_hosts_bucket_gets_units_of_half_its_buffer() {
+    if !testbed_possible() {
+        return;
+    }
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    // The testbed reads the hosts' gso_max_size back and fails the run if the kernel kept
+    // another value, so a run that ends well applied it.
+    let lines = sweep_json(&[
+        "--buffer",
+        "16KiB",
+        "--senders",
+        "2",
+        "--sru",
+        "64KiB",
+        "--strategies",
+        "naive",
+        "--blocks",
+        "10",
+        "--warmup",
+        "1",
+        "--max-time",
+        "10s",
+    ]);
+    assert_eq!(lines[0]["testbed"]["host_burst_bytes"], 16384, "{}", lines[0]);
+    assert_eq!(lines[0]["testbed"]["host_gso_max_bytes"], 8192, "{}", lines[0]);
+    assert_eq!(lines[1]["failed_blocks"], 0, "{}", lines[1]);
     assert_nothing_left();
 }
 
@@ -339,6 +371,7 @@ fn bad_testbed_settings_are_refused_before_anything_is_built() {
     for (flag, value, says) in [
         ("--hosts", "513", "testbed hosts is 513"),
         ("--host-rate", "10bit", "testbed host rate is 10 bit/s"),
+        ("--host-gso-max", "1000", "testbed host gso max is 1000 B"),
         ("--concurrency", "0", "at least 1"),
     ] {
         let out = Command::new(BIN)
