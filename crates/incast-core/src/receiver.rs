@@ -74,7 +74,7 @@
 //!   any loss or severe delay, a late first byte on a 2-core host is mostly CPU scheduling
 //!   (loopback, 16 reads of one server: 19,495 of 22,406 samples over the target, and the
 //!   budget held at 1-2 MiB); the bandwidth-delay cap below still bounds it. Measured
-//!   (README, *Sixth session*): with a server that sent each `End` in its response's last
+//!   (docs/measurements.md, *Sixth session*): with a server that sent each `End` in its response's last
 //!   write (since reverted) it lifted those reads from 43 to 49 Gbit/s; with the `End` in a
 //!   segment of its own the change is within the noise (0.90-0.94x of `naive` against
 //!   0.92-0.97x without it). It acts only until the first decrease, which on a lossy port
@@ -115,7 +115,7 @@
 //! default 200 us target, but a 16 KiB port only 131 us. There the queue never reached the
 //! target, only loss bounded the budget, and DCTCP's `alpha / 2` (small when loss is
 //! steady) kept it at the edge: hundreds of loss decreases per configuration, 55-97% of the
-//! line rate and up to 115 kernel RTOs (README, *Other port buffers*). So the receiver
+//! line rate and up to 115 kernel RTOs (docs/measurements.md, *Other port buffers*). So the receiver
 //! learns the target from the loss: at a loss decrease, while the queue is its own, the
 //! target becomes [`LOSS_TARGET_SHARE`] of the largest queueing delay seen since the
 //! previous loss decrease, the queue at which the buffer overflowed (about its size over its
@@ -137,8 +137,8 @@
 //! queue 131 us: the 2-core host's scheduling), so the learnt target is often the floor or
 //! the configured one; it still cut the RTOs.
 //!
-//! (Those runs predate the testbed's cap on the hosts' super-packets, README *Tenth
-//! session*: until then a unit of up to 16 KiB reached a 16 KiB port whole, so it was dropped
+//! (Those runs predate the testbed's cap on the hosts' super-packets, docs/measurements.md,
+//! *Tenth session*: until then a unit of up to 16 KiB reached a 16 KiB port whole, so it was dropped
 //! whenever the queue held anything. With units of at most half the buffer the same 16 KiB
 //! port at 1 Gbit/s reads 96-99.6% of the line rate, with no kernel RTO.)
 //!
@@ -166,7 +166,7 @@
 //! path whose buffer grew is probed again. This is the `inflight_hi` of BBRv2, with Cubic's
 //! multiplicative step.
 //!
-//! Measured (README, *Spot check of 2026-11-24, third session*; one run each): on the
+//! Measured (docs/measurements.md, *Spot check of 2026-11-24, third session*; one run each): on the
 //! 32 KiB port, 64 and 1024 senders, 18 configurations, switch drops 18,225 before and
 //! 4,120 after, kernel RTOs 10 and 1, goodput 95.9-99.5% of the line rate before and
 //! 93.9-99.3% after (the CPU-bound 1 KiB rows apart). **It costs the reads beside bulk
@@ -175,7 +175,7 @@
 //! budget at 16 KiB there and fell to 0.07-0.09 in one run. The reads' rate cannot tell the
 //! port's queue from a neighbour's without the port rate ([`ReceiverConfigBuilder::port_rate_bps`]).
 //!
-//! With the 100 ms hold (README, *Rerun of 2026-11-24, fourth session*): 60 of 66
+//! With the 100 ms hold (docs/measurements.md, *Rerun of 2026-11-24, fourth session*): 60 of 66
 //! configurations of 8-1024 senders at 95% of the line rate or more (52 with the 10 s
 //! hold, the same day), kernel RTOs in 2 (1), switch drops 3,515 (11,872); on a 16 KiB
 //! port 0 and 1 kernel RTOs over 12 rows in two runs (20-45 in five runs before); beside
@@ -185,7 +185,7 @@
 //! resets such connections, a read may hedge up to [`READ_HEDGE_SHARE`] of the port's hedge
 //! burst, and the bench also counts the server hosts' own RTOs: 0 over the same 66
 //! configurations and 0 on the 16 KiB port; beside bulk flows 0.35-0.55 of the line rate,
-//! with 3, 0 and 0 RTOs in three runs. See the README's *Rerun of 2026-11-25*.)
+//! with 3, 0 and 0 RTOs in three runs. See docs/measurements.md, *Rerun of 2026-11-25*.)
 //!
 //! The start: [`ReceiverConfig::for_port`] starts B at [`crate::model::recommend`]'s budget
 //! for the port's rate and buffer; without a hint, at [`DEFAULT_INITIAL_BUDGET`] (the
@@ -301,7 +301,7 @@ pub const GRANTS_PER_BUDGET: u64 = 4;
 /// A budget under this many policy chunks (2) spends itself in smaller chunks, so that one
 /// grant transfers while the next one's request travels. With the learnt target but one
 /// 16 KiB grant at a time, a 16 KiB port read 36-72% of the line rate at SRU 32 KiB (one
-/// testbed run, 2026-11-24; README, *Other port buffers*).
+/// testbed run, 2026-11-24; docs/measurements.md, *Other port buffers*).
 pub const MIN_GRANTS_PER_BUDGET: u64 = 2;
 /// The smallest chunk a small budget shrinks the policy's chunk to (4 KiB: about three
 /// segments, so a response still ends with enough segments behind a loss for fast
