@@ -187,6 +187,17 @@
 //! configurations and 0 on the 16 KiB port; beside bulk flows 0.35-0.55 of the line rate,
 //! with 3, 0 and 0 RTOs in three runs. See docs/measurements.md, *Rerun of 2026-11-25*.)
 //!
+//! **Only while the reads fill the port.** Without a rate hint the port's rate is the
+//! largest the reads measured lately, and beside bulk flows they measure most of it now and
+//! then, so the queue counts as theirs (over [`OWN_QUEUE_SHARE`]) and every loss lowered
+//! the ceiling, down to one bandwidth-delay product. The reads' rate at their reported
+//! losses tells the two cases apart (docs/measurements.md, *Tenth session*; its share of the
+//! port's rate at each loss, median and share of losses at 0.8 or more): the reads' own
+//! overflow on 16 KiB ports at 1 and 2 Gbit/s and at 64-1024 senders, 0.93-0.95 and 93-99%;
+//! beside 2 bulk flows at 1 and 2 Gbit/s, 0.68-0.72 and 13-33%. So a loss teaches a
+//! ceiling only while the reads take [`CEILING_RATE_SHARE`] of the port's rate, and a loss
+//! below that ends the ceiling in force.
+//!
 //! The start: [`ReceiverConfig::for_port`] starts B at [`crate::model::recommend`]'s budget
 //! for the port's rate and buffer; without a hint, at [`DEFAULT_INITIAL_BUDGET`] (the
 //! 64 KiB that served one read per 1 Gbit/s port here).
@@ -337,6 +348,12 @@ pub const MAX_TIMEOUT_SCALE: u32 = 64;
 /// Share of the port's rate (hint, else the largest measured lately) above which a queue
 /// counts as the receiver's own and holds growth.
 pub const OWN_QUEUE_SHARE: f64 = 0.6;
+/// Share of the port's rate (hint, else the largest measured lately) the reads must take at a
+/// reported loss for that loss to teach a ceiling (0.8); a loss below it ends the ceiling in
+/// force. See "Only while the reads fill the port" in the module docs: the receiver's own
+/// grants overflow a buffer while they fill the port, and beside bulk flows they lose while
+/// they take much less of it.
+pub const CEILING_RATE_SHARE: f64 = 0.8;
 /// Shortest interval over which the port's delivery rate is sampled (500 us).
 pub const RATE_INTERVAL: Duration = Duration::from_micros(500);
 /// A port that received no byte and issued no new grant for this long while bytes were
@@ -674,6 +691,9 @@ pub struct ReceiverStats {
     /// Queueing-delay samples above the target that did not hold growth: the receiver took
     /// less than [`OWN_QUEUE_SHARE`] of the port's rate, so the queue was other traffic's.
     pub foreign_delays: u64,
+    /// Losses a server reported while the receiver took less than [`CEILING_RATE_SHARE`] of the
+    /// port's rate: they shrank the budget, taught no ceiling and ended the one in force.
+    pub foreign_losses: u64,
     /// Decreases on queueing delay.
     pub delay_decreases: u64,
     /// Decreases on reported loss and stalls (loss windows, kernel RTOs).
@@ -1195,10 +1215,12 @@ impl Receiver {
     /// configured target.
     ///
     /// It also sets the budget's ceiling to [`LOSS_CEILING_SHARE`] of the budget that lost
-    /// (and cuts the budget to it), when the queue is the receiver's own and `reported`: a
-    /// server reported the loss. Stalls alone teach no ceiling: on a busy host they come
-    /// from the CPU, not the buffer (on loopback, 64 servers x 16 reads, a ceiling learnt
-    /// from stalls in slow start held the budget at 100-200 KiB, 0.88x of `naive`).
+    /// (and cuts the budget to it), when `reported` (a server reported the loss) and the
+    /// receiver takes at least [`CEILING_RATE_SHARE`] of the port's rate; a reported loss
+    /// under that share ends the ceiling in force instead. Stalls alone teach
+    /// no ceiling: on a busy host they come from the CPU, not the buffer (on loopback, 64
+    /// servers x 16 reads, a ceiling learnt from stalls in slow start held the budget at
+    /// 100-200 KiB, 0.88x of `naive`).
     fn loss_decrease(&mut self, now: Instant, f: f64, reported: bool) {
         let lost_at = self.budget;
         if !self.decrease(now, f) {
@@ -1216,6 +1238,15 @@ impl Receiver {
             self.learnt_target = Some((t, now));
         }
         if !reported {
+            return;
+        }
+        // Only a loss while the reads fill the port is one their own budget caused: beside
+        // bulk flows the reads lose at any budget, and a ceiling from those losses ratcheted
+        // their budget down to one bandwidth-delay product. Such a loss also ends the ceiling
+        // in force: it was learnt while the reads had the port, and another flow now shares it.
+        if !self.takes_share(CEILING_RATE_SHARE) {
+            self.stats.foreign_losses += 1;
+            self.loss_ceiling = None;
             return;
         }
         // Never under one bandwidth-delay product plus the target queue (Homa's RTTbytes, as
@@ -1682,8 +1713,14 @@ impl Receiver {
     /// receiver does not grant (bulk flows through the same port); holding growth for it
     /// would hand those flows the port (Copa's competitive mode makes the same call).
     fn queue_is_ours(&self) -> bool {
+        self.takes_share(OWN_QUEUE_SHARE)
+    }
+
+    /// Whether the receiver's smoothed delivery rate is at least `share` of the port's rate
+    /// (true until both are known).
+    fn takes_share(&self, share: f64) -> bool {
         match (self.rate, self.link_rate()) {
-            (Some(r), Some(l)) if l > 0.0 => r >= OWN_QUEUE_SHARE * l,
+            (Some(r), Some(l)) if l > 0.0 => r >= share * l,
             _ => true,
         }
     }
@@ -2040,6 +2077,68 @@ mod tests {
         // (Rounds 100 us apart: the rate measured across the gap would cap growth.)
         let grown = deliver_rounds(&mut rx, later, Duration::from_micros(100), 200);
         assert!(grown > lower, "{grown} {lower} {:?}", rx.stats());
+    }
+
+    /// Delivers whole grants of `rx`'s reads, oldest first, for `ms` milliseconds at about
+    /// `bytes_per_ms`; the grants not yet due stay outstanding.
+    fn deliver_at(rx: &mut Receiver, from: Instant, ms: u32, bytes_per_ms: u64) -> Instant {
+        let mut now = from;
+        let mut owed = 0u64;
+        let mut pending = VecDeque::new();
+        for _ in 0..ms {
+            now += Duration::from_millis(1);
+            owed += bytes_per_ms;
+            while owed > 0 {
+                if pending.is_empty() {
+                    pending.extend(requests(rx, now));
+                }
+                let Some((k, g)) = pending.pop_front() else { break };
+                finish(rx, now, k, &g);
+                owed = owed.saturating_sub(g.len);
+            }
+        }
+        for (k, g) in pending {
+            finish(rx, now, k, &g);
+        }
+        now
+    }
+
+    #[test]
+    fn only_a_loss_while_the_reads_fill_the_port_teaches_a_ceiling() {
+        // A 1 Gbit/s port (125 bytes per us) whose reads get 70% of it: the queue counts as
+        // theirs (over OWN_QUEUE_SHARE) but a reported loss is a neighbour's.
+        let cfg = ReceiverConfig::builder()
+            .port_rate_bps(Some(1_000_000_000))
+            .build()
+            .unwrap();
+        let mut rx = Receiver::new(cfg);
+        let t = Instant::now();
+        let stripe = Stripe::fixed_sru("a", &servers(64), 4 << 20).unwrap();
+        rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
+        let now = deliver_at(&mut rx, t, 40, 87_500);
+        let share = rx.rate.unwrap() / 125e6;
+        assert!((OWN_QUEUE_SHARE..CEILING_RATE_SHARE).contains(&share), "share {share}");
+        assert!(rx.queue_is_ours());
+        let before = rx.budget();
+        rx.on_loss(now, 0, 1);
+        let st = rx.stats();
+        assert!(rx.budget() < before, "the loss still shrank the budget");
+        let foreign = st.foreign_losses;
+        assert!(st.loss_ceiling.is_none() && foreign > 0, "{st:?}");
+        // The same loss while the reads take the whole port teaches one.
+        let now = deliver_at(&mut rx, now, 60, 150_000);
+        let share = rx.rate.unwrap() / 125e6;
+        assert!(share >= CEILING_RATE_SHARE, "share {share}");
+        rx.on_loss(now, 0, 1);
+        let st = rx.stats();
+        assert!(st.loss_ceiling.is_some(), "{st:?}");
+        assert_eq!(st.foreign_losses, foreign);
+        // Back at 70%, a reported loss ends that ceiling well before CEILING_HOLD.
+        let now = deliver_at(&mut rx, now, 40, 87_500);
+        assert!(now < t + CEILING_HOLD * 2);
+        rx.on_loss(now, 0, 1);
+        let st = rx.stats();
+        assert!(st.loss_ceiling.is_none() && st.foreign_losses > foreign, "{st:?}");
     }
 
     #[test]
