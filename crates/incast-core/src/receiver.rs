@@ -74,10 +74,10 @@
 //!   any loss or severe delay, a late first byte on a 2-core host is mostly CPU scheduling
 //!   (loopback, 16 reads of one server: 19,495 of 22,406 samples over the target, and the
 //!   budget held at 1-2 MiB); the bandwidth-delay cap below still bounds it. Measured
-//!   (docs/measurements.md, *Sixth session*): with a server that sent each `End` in its response's last
-//!   write (since reverted) it lifted those reads from 43 to 49 Gbit/s; with the `End` in a
-//!   segment of its own the change is within the noise (0.90-0.94x of `naive` against
-//!   0.92-0.97x without it). It acts only until the first decrease, which on a lossy port
+//!   (docs/measurements.md, *Sixth session*): with a server that sent each `End` in its
+//!   response's last write (since reverted) it lifted those reads from 43 to 49 Gbit/s; with
+//!   the `End` in a segment of its own the change is within the noise (0.90-0.94x of `naive`
+//!   against 0.92-0.97x without it). It acts only until the first decrease, which on a lossy port
 //!   comes within the first blocks. After the first decrease, by [`ADDITIVE_INCREASE`] bytes per budget's
 //!   worth of delivered bytes (about one grant per round trip). Growth stops at
 //!   [`OVERCOMMIT`] times the port rate's bandwidth-delay product plus the target queue
@@ -115,8 +115,8 @@
 //! default 200 us target, but a 16 KiB port only 131 us. There the queue never reached the
 //! target, only loss bounded the budget, and DCTCP's `alpha / 2` (small when loss is
 //! steady) kept it at the edge: hundreds of loss decreases per configuration, 55-97% of the
-//! line rate and up to 115 kernel RTOs (docs/measurements.md, *Other port buffers*). So the receiver
-//! learns the target from the loss: at a loss decrease, while the queue is its own, the
+//! line rate and up to 115 kernel RTOs (docs/measurements.md, *Other port buffers*). So the
+//! receiver learns the target from the loss: at a loss decrease, while the queue is its own, the
 //! target becomes [`LOSS_TARGET_SHARE`] of the largest queueing delay seen since the
 //! previous loss decrease, the queue at which the buffer overflowed (about its size over its
 //! rate), never under [`MIN_TARGET_DELAY`] nor over the configured target. The learnt target
@@ -138,9 +138,9 @@
 //! the configured one; it still cut the RTOs.
 //!
 //! (Those runs predate the testbed's cap on the hosts' super-packets, docs/measurements.md,
-//! *Tenth session*: until then a unit of up to 16 KiB reached a 16 KiB port whole, so it was dropped
-//! whenever the queue held anything. With units of at most half the buffer the same 16 KiB
-//! port at 1 Gbit/s reads 96-99.6% of the line rate, with no kernel RTO.)
+//! *Tenth session*: until then a unit of up to 16 KiB reached a 16 KiB port whole, so it was
+//! dropped whenever the queue held anything. With units of at most half the buffer the same
+//! 16 KiB port at 1 Gbit/s reads 96-99.6% of the line rate, with no kernel RTO.)
 //!
 //! # A ceiling learnt from loss
 //!
@@ -166,8 +166,8 @@
 //! path whose buffer grew is probed again. This is the `inflight_hi` of BBRv2, with Cubic's
 //! multiplicative step.
 //!
-//! Measured (docs/measurements.md, *Spot check of 2026-11-24, third session*; one run each): on the
-//! 32 KiB port, 64 and 1024 senders, 18 configurations, switch drops 18,225 before and
+//! Measured (docs/measurements.md, *Spot check of 2026-11-24, third session*; one run each):
+//! on the 32 KiB port, 64 and 1024 senders, 18 configurations, switch drops 18,225 before and
 //! 4,120 after, kernel RTOs 10 and 1, goodput 95.9-99.5% of the line rate before and
 //! 93.9-99.3% after (the CPU-bound 1 KiB rows apart). **It costs the reads beside bulk
 //! flows**: 0.34-0.49 of the line rate in two runs of 8 rows, where they had 0.38-0.74
@@ -175,8 +175,8 @@
 //! budget at 16 KiB there and fell to 0.07-0.09 in one run. The reads' rate cannot tell the
 //! port's queue from a neighbour's without the port rate ([`ReceiverConfigBuilder::port_rate_bps`]).
 //!
-//! With the 100 ms hold (docs/measurements.md, *Rerun of 2026-11-24, fourth session*): 60 of 66
-//! configurations of 8-1024 senders at 95% of the line rate or more (52 with the 10 s
+//! With the 100 ms hold (docs/measurements.md, *Rerun of 2026-11-24, fourth session*): 60 of
+//! 66 configurations of 8-1024 senders at 95% of the line rate or more (52 with the 10 s
 //! hold, the same day), kernel RTOs in 2 (1), switch drops 3,515 (11,872); on a 16 KiB
 //! port 0 and 1 kernel RTOs over 12 rows in two runs (20-45 in five runs before); beside
 //! bulk flows 0.34-0.45 of the line rate, still with an occasional RTO.
@@ -196,7 +196,11 @@
 //! overflow on 16 KiB ports at 1 and 2 Gbit/s and at 64-1024 senders, 0.93-0.95 and 93-99%;
 //! beside 2 bulk flows at 1 and 2 Gbit/s, 0.68-0.72 and 13-33%. So a loss teaches a
 //! ceiling only while the reads take [`CEILING_RATE_SHARE`] of the port's rate, and a loss
-//! below that ends the ceiling in force.
+//! while the queue counts as theirs but they take less ends the ceiling in force. Measured
+//! beside 2 bulk flows (four runs of 8 rows against two before): at 2 Gbit/s the reads got a
+//! mean 37-40% of the line rate with 1-3 rows under 1/3, where they had 29-36% with 5-8; at
+//! 1 Gbit/s 40-50% where they had 40-42%; on the 16 KiB and 32 KiB ports without bulk flows
+//! the goodput and the drops stayed within the noise of two runs each.
 //!
 //! The start: [`ReceiverConfig::for_port`] starts B at [`crate::model::recommend`]'s budget
 //! for the port's rate and buffer; without a hint, at [`DEFAULT_INITIAL_BUDGET`] (the
@@ -349,10 +353,11 @@ pub const MAX_TIMEOUT_SCALE: u32 = 64;
 /// counts as the receiver's own and holds growth.
 pub const OWN_QUEUE_SHARE: f64 = 0.6;
 /// Share of the port's rate (hint, else the largest measured lately) the reads must take at a
-/// reported loss for that loss to teach a ceiling (0.8); a loss below it ends the ceiling in
-/// force. See "Only while the reads fill the port" in the module docs: the receiver's own
-/// grants overflow a buffer while they fill the port, and beside bulk flows they lose while
-/// they take much less of it.
+/// reported loss for that loss to teach a ceiling (0.8); a loss below it (while the queue
+/// still counts as the receiver's own, [`OWN_QUEUE_SHARE`]) ends the ceiling in force. See
+/// "Only while the reads fill the port" in the module docs: the receiver's own grants
+/// overflow a buffer while they fill the port, and beside bulk flows they lose while they
+/// take much less of it.
 pub const CEILING_RATE_SHARE: f64 = 0.8;
 /// Shortest interval over which the port's delivery rate is sampled (500 us).
 pub const RATE_INTERVAL: Duration = Duration::from_micros(500);
@@ -1217,10 +1222,10 @@ impl Receiver {
     /// It also sets the budget's ceiling to [`LOSS_CEILING_SHARE`] of the budget that lost
     /// (and cuts the budget to it), when `reported` (a server reported the loss) and the
     /// receiver takes at least [`CEILING_RATE_SHARE`] of the port's rate; a reported loss
-    /// under that share ends the ceiling in force instead. Stalls alone teach
-    /// no ceiling: on a busy host they come from the CPU, not the buffer (on loopback, 64
-    /// servers x 16 reads, a ceiling learnt from stalls in slow start held the budget at
-    /// 100-200 KiB, 0.88x of `naive`).
+    /// under that share, with the queue still the receiver's own, ends the ceiling in force
+    /// instead. Stalls alone teach no ceiling: on a busy host they come from the CPU, not the
+    /// buffer (on loopback, 64 servers x 16 reads, a ceiling learnt from stalls in slow start
+    /// held the budget at 100-200 KiB, 0.88x of `naive`).
     fn loss_decrease(&mut self, now: Instant, f: f64, reported: bool) {
         let lost_at = self.budget;
         if !self.decrease(now, f) {
