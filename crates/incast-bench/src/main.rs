@@ -680,10 +680,7 @@ struct LinkArgs {
 struct HostGso(Option<u64>);
 
 fn parse_host_gso(s: &str) -> Result<HostGso, String> {
-    if s.eq_ignore_ascii_case("kernel") {
-        return Ok(HostGso(None));
-    }
-    parse_bytes(s).map(|b| HostGso(Some(b)))
+    word_or(s, "kernel", parse_bytes).map(HostGso)
 }
 
 /// `--host-rate`: a rate, or `off`.
@@ -691,10 +688,15 @@ fn parse_host_gso(s: &str) -> Result<HostGso, String> {
 struct HostRate(Option<u64>);
 
 fn parse_host_rate(s: &str) -> Result<HostRate, String> {
-    if s.eq_ignore_ascii_case("off") {
-        return Ok(HostRate(None));
+    word_or(s, "off", parse_rate).map(HostRate)
+}
+
+/// `None` for `word` (any case), else what `parse` reads from `s`.
+fn word_or(s: &str, word: &str, parse: fn(&str) -> Result<u64, String>) -> Result<Option<u64>, String> {
+    if s.eq_ignore_ascii_case(word) {
+        return Ok(None);
     }
-    parse_rate(s).map(|r| HostRate(Some(r)))
+    parse(s).map(Some)
 }
 
 impl LinkArgs {

@@ -2084,6 +2084,17 @@ mod tests {
         assert!(grown > lower, "{grown} {lower} {:?}", rx.stats());
     }
 
+    /// A port of `rate_bps` (its rate hint) with one read of 64 servers x `sru` bytes under
+    /// `policy`, started now.
+    fn a_read_on_a_port_of(rate_bps: u64, sru: u64, policy: &Policy) -> (Receiver, Instant, ReadKey) {
+        let cfg = ReceiverConfig::builder().port_rate_bps(Some(rate_bps)).build().unwrap();
+        let mut rx = Receiver::new(cfg);
+        let t = Instant::now();
+        let stripe = Stripe::fixed_sru("a", &servers(64), sru).unwrap();
+        let k = rx.start_read(t, &stripe, policy, 1, ReadOptions::default());
+        (rx, t, k)
+    }
+
     /// Delivers whole grants of `rx`'s reads, oldest first, for `ms` milliseconds at about
     /// `bytes_per_ms`; the grants not yet due stay outstanding.
     fn deliver_at(rx: &mut Receiver, from: Instant, ms: u32, bytes_per_ms: u64) -> Instant {
@@ -2112,14 +2123,7 @@ mod tests {
     fn only_a_loss_while_the_reads_fill_the_port_teaches_a_ceiling() {
         // A 1 Gbit/s port (125 bytes per us) whose reads get 70% of it: the queue counts as
         // theirs (over OWN_QUEUE_SHARE) but a reported loss is a neighbour's.
-        let cfg = ReceiverConfig::builder()
-            .port_rate_bps(Some(1_000_000_000))
-            .build()
-            .unwrap();
-        let mut rx = Receiver::new(cfg);
-        let t = Instant::now();
-        let stripe = Stripe::fixed_sru("a", &servers(64), 4 << 20).unwrap();
-        rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
+        let (mut rx, t, _) = a_read_on_a_port_of(1_000_000_000, 4 << 20, &Policy::default());
         let now = deliver_at(&mut rx, t, 40, 87_500);
         let share = rx.rate.unwrap() / 125e6;
         assert!((OWN_QUEUE_SHARE..CEILING_RATE_SHARE).contains(&share), "share {share}");
@@ -2196,15 +2200,8 @@ mod tests {
     #[test]
     fn a_queue_the_port_does_not_own_does_not_hold_growth() {
         // A 10 Gbit/s port whose reads get a trickle: the queue they see is someone else's.
-        let cfg = ReceiverConfig::builder()
-            .port_rate_bps(Some(10_000_000_000))
-            .build()
-            .unwrap();
-        let mut rx = Receiver::new(cfg);
-        let t = Instant::now();
-        let stripe = Stripe::fixed_sru("a", &servers(64), 1 << 20).unwrap();
         let one_deep = Policy::builder().pipeline_depth(1).build().unwrap();
-        let k = rx.start_read(t, &stripe, &one_deep, 1, ReadOptions::default());
+        let (mut rx, t, k) = a_read_on_a_port_of(10_000_000_000, 1 << 20, &one_deep);
         let mut gs = requests(&mut rx, t);
         gs.dedup_by_key(|(_, g)| g.server);
         assert!(gs.len() >= 2);
