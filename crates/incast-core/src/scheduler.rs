@@ -788,9 +788,9 @@ impl Scheduler {
     /// caller that sleeps until this instant wakes when a grant can actually have stalled,
     /// not once per timeout while its bytes flow. Measured (2-core VM, loopback, 16
     /// concurrent reads of 256 KiB from one server): with the timers left at their first due
-    /// time, the port's timer fired about 5,500 times a second more than `naive`'s and
-    /// `default` read 0.89-0.93x of `naive`'s goodput; moved, 0.94-0.98x
-    /// (docs/measurements.md, eleventh session).
+    /// time, a run of about 16,000 reads took 5,500 more timer interrupts than `naive`'s and
+    /// `default` read 0.83-0.96x of `naive`'s goodput (median 0.92, 12 runs); moved,
+    /// 0.92-1.01x (8 runs) (docs/measurements.md, eleventh session).
     pub fn poll_timeout(&mut self) -> Option<Instant> {
         if self.outcome.is_some() {
             return None;
