@@ -542,12 +542,17 @@ async fn a_dropped_handle_detaches_and_shutdown_stops_the_server() {
 /// A fake server that answers every request after `delay` with `len` bytes of `fill`, and
 /// ignores cancels: it plays a stalled connection whose bytes arrive after the hedge.
 async fn fake_server(delay: Duration, fill: u8) -> std::net::SocketAddr {
-    fake_server_per_conn(move |_| delay, fill).await
+    fake_server_per_conn(move |_| delay, fill, false).await
 }
 
 /// As [`fake_server`], with the delay of the `n`th accepted connection (from 0) given by
 /// `delay_of(n)`: it answers that connection's requests in order, each after that delay.
-async fn fake_server_per_conn(delay_of: impl Fn(usize) -> Duration + Send + 'static, fill: u8) -> std::net::SocketAddr {
+/// With `bad_crc`, every `End` carries a CRC32C that does not match the bytes sent.
+async fn fake_server_per_conn(
+    delay_of: impl Fn(usize) -> Duration + Send + 'static,
+    fill: u8,
+    bad_crc: bool,
+) -> std::net::SocketAddr {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     tokio::spawn(async move {
@@ -564,14 +569,16 @@ async fn fake_server_per_conn(delay_of: impl Fn(usize) -> Duration + Send + 'sta
                         if let Frame::Request { id, len, .. } = f {
                             tokio::time::sleep(delay).await;
                             let mut out = Vec::new();
+                            let payload = vec![fill; len as usize];
+                            let crc32c = bad_crc.then(|| !crc32c::crc32c(&payload));
                             Frame::Data {
                                 id,
-                                payload: Bytes::from(vec![fill; len as usize]),
+                                payload: Bytes::from(payload),
                             }
                             .encode(&mut out);
                             Frame::End {
                                 id,
-                                crc32c: None,
+                                crc32c,
                                 counters: None,
                                 cancelled: false,
                             }
@@ -590,6 +597,28 @@ async fn fake_server_per_conn(delay_of: impl Fn(usize) -> Duration + Send + 'sta
         }
     });
     addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_whose_checksum_does_not_match_never_completes_a_block_unless_checks_are_off() {
+    // A server whose every `End` carries a wrong CRC32C: its bytes are the right length but,
+    // as far as the client can tell, corrupted.
+    let liar = fake_server_per_conn(|_| Duration::ZERO, 0x5A, true).await;
+    let stripe = Stripe::new(vec![Fragment::new(ServerId(0), "k", 0, 10_000)]).unwrap();
+    let config = || ClientConfig::builder().read_timeout(Duration::from_secs(5));
+    // Checked (the default): the read fails, typed and naming the mismatch, well before its
+    // deadline, and returns no block.
+    let client = Client::with_config([(ServerId(0), liar)], config().build().unwrap());
+    let t0 = Instant::now();
+    let err = client.fan_in_read(&stripe, &Policy::default()).await.unwrap_err();
+    assert!(err.to_string().contains("checksum mismatch"), "{err}");
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    assert_eq!(client.counters().reads_failed, 1);
+    // Unchecked: the same bytes make the block.
+    let client = Client::with_config([(ServerId(0), liar)], config().verify_checksums(false).build().unwrap());
+    let out = client.fan_in_read(&stripe, &Policy::default()).await.unwrap();
+    assert!(out.block.len() == 10_000 && out.block.iter().all(|&b| b == 0x5A));
+    assert_eq!(out.report.checksum_failures, 0);
 }
 
 /// Whole-fragment grants that time out after about 5 ms, with `hedge_bytes` of hedging.
@@ -694,6 +723,7 @@ async fn a_hedge_never_queues_behind_the_stalled_response_it_replaces() {
             }
         },
         0x33,
+        false,
     )
     .await;
     let receiver = incast_core::receiver::ReceiverConfig::builder()
@@ -732,6 +762,7 @@ async fn without_hedge_budget_or_replica_a_stalled_grant_moves_to_a_new_connecti
             }
         },
         0x44,
+        false,
     )
     .await;
     let receiver = incast_core::receiver::ReceiverConfig::builder()

@@ -177,7 +177,10 @@ impl ClientConfigBuilder {
         self.cfg.rearm_quickack = on;
         self
     }
-    /// Check the CRC32C of every response that carries one. Default on.
+    /// Check the CRC32C of every response that carries one: a mismatch fails the response
+    /// (it is retried, or the read fails naming it) and its bytes never complete a block.
+    /// Off, the client does not compute the checksum at all (on loopback, 16 reads of 256 KiB
+    /// at once, it took 14% of the client thread's CPU by `perf`). Default on.
     pub fn verify_checksums(mut self, on: bool) -> Self {
         self.cfg.verify_checksums = on;
         self
