@@ -800,19 +800,16 @@ impl Scheduler {
         // that sleeps until a stale due time wakes for nothing (on the port, a timer interrupt
         // and a wake-up of the read per round trip while bytes flow).
         while let Some(&Reverse((due, id))) = self.timers.peek() {
-            match self.live(id) {
-                None => {}
-                Some(live) => {
-                    let deadline = self.stall_deadline(live);
-                    if deadline <= due {
-                        break;
-                    }
-                    self.timers.pop();
-                    self.timers.push(Reverse((deadline, id)));
-                    continue;
-                }
+            let Some(live) = self.live(id) else {
+                self.timers.pop();
+                continue;
+            };
+            let deadline = self.stall_deadline(live);
+            if deadline <= due {
+                break;
             }
             self.timers.pop();
+            self.timers.push(Reverse((deadline, id)));
         }
         let timer = self.timers.peek().map(|Reverse((t, _))| *t);
         // The stagger deadline matters only when it is the one thing holding the next start.
