@@ -96,10 +96,16 @@
 //!   request travels instead of one grant at a time.
 //! - **Timeouts learn from spurious hedges.** A hedge whose original still completed first
 //!   doubles a port-wide multiplier of the grant timeouts (up to [`MAX_TIMEOUT_SCALE`]); a
-//!   hedge that won lowers it by one. (Eifel/F-RTO do the same for TCP's RTO.) A scaled
-//!   timeout never passes the RTO's upper bound ([`crate::RtoBounds::max`], 100 ms by
-//!   default): past the kernel's 200 ms minimum RTO a hedge comes after TCP's own
-//!   retransmission and saves nothing.
+//!   hedge that won halves it. (Eifel/F-RTO do the same for TCP's RTO.) Both steps
+//!   multiply, so the multiplier drifts up where most hedges are spurious (16 loopback
+//!   reads of 64 CPU-bound servers: 3 of 4) and stays near 1 where most win (beside bulk
+//!   flows: 3 of 4 won). A won hedge used to lower it by one: one burst of spurious hedges
+//!   (a scheduling hiccup stalls many grants at once, and their originals all end) then
+//!   held the timeouts at 16-56 times the RTO for as many won hedges, and beside 2 bulk
+//!   flows at 2 Gbit/s stalled grants waited 5-48 ms for their hedge (docs/measurements.md,
+//!   *Twelfth session*). A scaled timeout never passes the RTO's upper bound
+//!   ([`crate::RtoBounds::max`], 100 ms by default): past the kernel's 200 ms minimum RTO a
+//!   hedge comes after TCP's own retransmission and saves nothing.
 //! - **Receiver-paced responses (optional, [`ReceiverConfigBuilder::pacing`]).** A grant
 //!   may carry a pacing rate its server applies to that response (incast-rpc sets
 //!   `SO_MAX_PACING_RATE`, TCP's own pacing): [`PACING_GAIN`] times the port's rate times
@@ -691,6 +697,9 @@ pub struct ReceiverStats {
     /// The budget's ceiling learnt at the last loss at or over it, bytes
     /// ([`LOSS_CEILING_SHARE`]); it is in force for [`CEILING_HOLD`] after that loss.
     pub loss_ceiling: Option<u64>,
+    /// The multiplier of every grant's timeout now (1 up to [`MAX_TIMEOUT_SCALE`]): spurious
+    /// hedges double it, won hedges halve it.
+    pub timeout_scale: u32,
     /// Queueing-delay samples above the target that held growth (the receiver's own queue).
     pub delay_holds: u64,
     /// Queueing-delay samples above the target that did not hold growth: the receiver took
@@ -1326,6 +1335,7 @@ impl Receiver {
             learnt_target: self.learnt_target.map(|(t, _)| t),
             loss_ceiling: self.loss_ceiling.map(|(c, _)| c),
             stuck: self.stuck,
+            timeout_scale: self.timeout_scale,
             ..self.stats
         }
     }
@@ -1599,11 +1609,13 @@ impl Receiver {
             self.urgent.push_back(rk);
         }
         // Spurious hedges say the timeouts are too short for this path (its scheduling noise,
-        // its queues): double them; a won hedge says they were right: shrink them slowly.
+        // its queues): double them; a won hedge says they were right: halve them. Both steps
+        // multiply, so the multiplier follows the ratio of spurious to won hedges (see "Timeouts
+        // learn from spurious hedges" in the module docs).
         if spurious > 0 {
             self.timeout_scale = (self.timeout_scale * 2).min(MAX_TIMEOUT_SCALE);
-        } else if won > 0 && self.timeout_scale > 1 {
-            self.timeout_scale -= 1;
+        } else if won > 0 {
+            self.timeout_scale = (self.timeout_scale / 2).max(1);
         }
         if stalls > 0 {
             // A stall is a response that saw loss (or worse) for the loss share.
@@ -1940,6 +1952,35 @@ mod tests {
         gs.dedup_by_key(|(_, g)| g.server);
         assert!(gs.len() >= 4, "the budget admits four servers at least");
         (rx, k, gs)
+    }
+
+    #[test]
+    fn spurious_hedges_double_the_timeouts_and_a_won_hedge_halves_them() {
+        let t = Instant::now();
+        let (mut rx, k, gs) = one_grant_per_server(t);
+        assert_eq!(rx.stats().timeout_scale, 1);
+        // Every grant stalls; the port hedges as many as its bucket allows.
+        let stalled = t + Duration::from_millis(150);
+        rx.handle_timeout_of(stalled, k).unwrap();
+        let hedges: Vec<_> = requests(&mut rx, stalled)
+            .into_iter()
+            .filter(|(_, g)| g.kind == crate::GrantKind::Hedge)
+            .collect();
+        assert!(hedges.len() >= 4, "{} hedges", hedges.len());
+        // Three originals end whole before their hedges: spurious, each doubles the scale.
+        let later = stalled + Duration::from_millis(1);
+        for (_, g) in &gs[..3] {
+            finish(&mut rx, later, k, g);
+        }
+        assert_eq!(rx.stats().timeout_scale, 8);
+        // The hedge of a fourth grant ends first: it won, and the scale halves (it used to
+        // drop by one, so one burst of spurious hedges held long timeouts for many wins).
+        let won = hedges
+            .iter()
+            .find(|(_, h)| !gs[..3].iter().any(|(_, g)| g.server == h.server))
+            .expect("a hedge of another grant");
+        finish(&mut rx, later, k, &won.1);
+        assert_eq!(rx.stats().timeout_scale, 4);
     }
 
     #[test]
