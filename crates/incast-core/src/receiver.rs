@@ -93,7 +93,11 @@
 //!   loopback was two grants per read, now and then, where `naive` sends one request.
 //!   A budget under [`MIN_GRANTS_PER_BUDGET`] policy chunks shrinks the chunk to half the
 //!   budget (never under [`MIN_CHUNK`]), so that one grant transfers while the next one's
-//!   request travels instead of one grant at a time.
+//!   request travels instead of one grant at a time. An enlarged grant of at most two
+//!   policy chunks that does not fit the budget's room shrinks to it, if the room holds a
+//!   policy chunk: at 2 Gbit/s a 32 KiB fragment is one grant, the budget beside bulk
+//!   flows only two or three of them, and a grant waiting for the rest left it 55-65% full
+//!   (docs/measurements.md, *Thirteenth session*).
 //! - **Timeouts learn from spurious hedges.** A hedge whose original still completed first
 //!   doubles a port-wide multiplier of the grant timeouts (up to [`MAX_TIMEOUT_SCALE`]); a
 //!   hedge that won halves it. (Eifel/F-RTO do the same for TCP's RTO.) Both steps
