@@ -1898,27 +1898,36 @@ mod tests {
         assert_eq!(s.completed_bytes(), 10_000);
     }
 
+    /// The lengths of the grants one fragment of `len` bytes gets under `gate` (which stays
+    /// as it is while the read polls), with a policy chunk of `chunk` bytes.
+    fn grant_lens(len: u64, chunk: u64, gate: Gate) -> Vec<u64> {
+        let stripe = Stripe::fixed_sru("k", &servers(1), len).unwrap();
+        let p = Policy::builder()
+            .inflight_budget(1 << 20)
+            .grant_size(GrantSize::Chunk { bytes: chunk })
+            .pipeline_depth(8)
+            .build()
+            .unwrap();
+        let mut s = Scheduler::new(&stripe, &p, 1);
+        let mut lens = Vec::new();
+        while let Polled::Action(Action::Request(g)) = s.poll_gated(Instant::now(), &gate) {
+            lens.push(g.len);
+        }
+        lens
+    }
+
     #[test]
     fn an_enlarged_chunk_takes_a_runt_along_and_the_policy_chunk_never_does() {
         let grants = |len: u64, enlarge: u64, max_chunk: u64| {
-            let stripe = Stripe::fixed_sru("k", &servers(1), len).unwrap();
-            let p = Policy::builder()
-                .inflight_budget(1 << 20)
-                .grant_size(GrantSize::Chunk { bytes: 1_000 })
-                .pipeline_depth(8)
-                .build()
-                .unwrap();
-            let mut s = Scheduler::new(&stripe, &p, 1);
-            let gate = Gate {
-                grant: enlarge,
-                max_chunk,
-                ..Gate::OPEN
-            };
-            let mut lens = Vec::new();
-            while let Polled::Action(Action::Request(g)) = s.poll_gated(Instant::now(), &gate) {
-                lens.push(g.len);
-            }
-            lens
+            grant_lens(
+                len,
+                1_000,
+                Gate {
+                    grant: enlarge,
+                    max_chunk,
+                    ..Gate::OPEN
+                },
+            )
         };
         // Enlarged to 10,000: less than a whole chunk would be left, so one grant takes it all.
         assert_eq!(grants(14_000, 10_000, u64::MAX), [14_000]);
@@ -1935,27 +1944,17 @@ mod tests {
 
     #[test]
     fn an_enlarged_grant_shrinks_to_the_room_but_never_under_the_policy_chunk() {
-        // Policy chunk 10,000; the port enlarges chunks to 12,000 and has `room` bytes left
-        // (the gate stays as it is while the read polls).
+        // Policy chunk 10,000; the port enlarges chunks to `enlarge` and has `room` bytes left.
         let grants = |len: u64, enlarge: u64, room: u64| {
-            let stripe = Stripe::fixed_sru("k", &servers(1), len).unwrap();
-            let p = Policy::builder()
-                .inflight_budget(1 << 20)
-                .grant_size(GrantSize::Chunk { bytes: 10_000 })
-                .pipeline_depth(8)
-                .build()
-                .unwrap();
-            let mut s = Scheduler::new(&stripe, &p, 1);
-            let gate = Gate {
-                grant: enlarge,
-                room,
-                ..Gate::OPEN
-            };
-            let mut lens = Vec::new();
-            while let Polled::Action(Action::Request(g)) = s.poll_gated(Instant::now(), &gate) {
-                lens.push(g.len);
-            }
-            lens
+            grant_lens(
+                len,
+                10_000,
+                Gate {
+                    grant: enlarge,
+                    room,
+                    ..Gate::OPEN
+                },
+            )
         };
         // Enlarged, 20,000 would be one grant; 15,000 of room take 15,000 now, the rest next.
         assert_eq!(grants(20_000, 12_000, u64::MAX), [20_000]);
