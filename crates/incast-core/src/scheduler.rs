@@ -1332,9 +1332,9 @@ impl Scheduler {
     /// the line rate (docs/measurements.md, *Thirteenth session*). The policy's chunk
     /// itself never shrinks to the room: at 1 Gbit/s, 16 KiB chunks split into pieces of
     /// 8-16 KiB meant 24% more grants, 1.5 times the switch drops and 1.6 points of the line
-    /// rate lost on average over 18 rows (up to 6). Larger grants (a fast path's whole 256 KiB fragment) wait: there
-    /// the budget is many grants, and shrinking split loopback fragments into 1.3-2.0 grants
-    /// each, where one request is the cheapest.
+    /// rate lost on average over 18 rows (up to 6). Larger grants (a fast path's whole
+    /// 256 KiB fragment) wait: there the budget is many grants, and shrinking split loopback
+    /// fragments into 1.3-2.0 grants each, where one request is the cheapest.
     fn next_len(&self, f: &Frag, gate: &Gate) -> u64 {
         let rest = f.len - f.next;
         let min_chunk = gate.grant;
