@@ -232,6 +232,9 @@ pub struct Measurement {
     /// Times the port went silent and stopped counting the bytes then outstanding
     /// (`ReceiverStats::stuck_discounts`).
     pub stuck_discounts: u64,
+    /// Times the client-wide receiver started competing with a standing queue of other
+    /// traffic (`ReceiverStats::competing_entries`).
+    pub competing_entries: u64,
     /// Queueing-delay samples above the target that held the budget's growth
     /// (`ReceiverStats::delay_holds`).
     pub delay_holds: u64,
@@ -538,6 +541,7 @@ pub async fn measure(
             let mut m = m.borrow_mut();
             m.budget_decreases = [p.delay_decreases, p.loss_decreases, p.stall_decreases];
             m.stuck_discounts = p.stuck_discounts;
+            m.competing_entries = p.competing_entries;
             m.delay_holds = p.delay_holds;
             m.learnt_target_us = p.learnt_target.map_or(0.0, |d| d.as_secs_f64() * 1e6);
             m.base_rtt_us = p.base_rtt.map_or(0.0, |d| d.as_secs_f64() * 1e6);
