@@ -201,6 +201,12 @@ const BULK_RTO_POLL: std::time::Duration = std::time::Duration::from_millis(5);
 /// Streams a constant buffer to every connection until it closes, and adds the kernel RTOs
 /// of its sockets (`tcpi_total_rto`) to `rtos`, at least every [`BULK_RTO_POLL`].
 async fn bulk_sender(listener: tokio::net::TcpListener, cc: String, rtos: Arc<AtomicU64>) {
+    // On the listener too, so a connection is born under `cc` (see `incast_rpc::serve`).
+    let born = SocketTuning {
+        congestion: Some(cc.clone()),
+        ..SocketTuning::default()
+    };
+    let _ = born.apply(&listener);
     let data = vec![0x5a_u8; BULK_WRITE];
     loop {
         let Ok((sock, _)) = listener.accept().await else {

@@ -203,7 +203,9 @@ impl ServerConfigBuilder {
         self.cfg.checksums = on;
         self
     }
-    /// Socket options for accepted connections. Default [`SocketTuning::server`].
+    /// Socket options for accepted connections. Default [`SocketTuning::server`]. The
+    /// congestion control is also set on the listener, so that a connection is born under
+    /// it rather than switched to it (a connection born under `bbr` keeps its pacing).
     pub fn tuning(mut self, t: SocketTuning) -> Self {
         self.cfg.tuning = t;
         self
@@ -384,6 +386,24 @@ pub async fn serve<S: FragmentStore>(addr: SocketAddr, store: S, config: ServerC
     start(addr, store, config, true).await
 }
 
+/// Binds the TCP listener, with the tuning's congestion control set on it.
+///
+/// A connection takes its congestion control when it is established: the listener's if the
+/// listener has one set, else the namespace's default. Set on the accepted socket only, a
+/// connection born under `bbr` (this project's machines' default) and switched to `cubic`
+/// keeps the internal pacing `bbr` turned on (Linux never clears `sk_pacing_status`), so
+/// every response was paced by a per-socket timer: on loopback 12,000 pacing timers a
+/// second, each an exit to the hypervisor on a VM. Set on the listener, a connection is
+/// born under the requested algorithm. A refusal here is not an error: the accepted socket
+/// tries again and reports it (`ServerHandle::tuning`).
+async fn bind_tcp(addr: SocketAddr, tuning: &SocketTuning) -> io::Result<TcpListener> {
+    let listener = TcpListener::bind(addr).await?;
+    if let Some(name) = &tuning.congestion {
+        let _ = socket2::SockRef::from(&listener).set_tcp_congestion(name.as_bytes());
+    }
+    Ok(listener)
+}
+
 /// Starts the TCP listener (if `tcp`) and the QUIC endpoint (if configured).
 pub(crate) async fn start<S: FragmentStore>(
     addr: SocketAddr,
@@ -407,7 +427,7 @@ pub(crate) async fn start<S: FragmentStore>(
         let tries = if addr.port() == 0 && tcp { 32 } else { 1 };
         for attempt in 1..=tries {
             let listener = if tcp {
-                Some(TcpListener::bind(addr).await?)
+                Some(bind_tcp(addr, &ctx.cfg.tuning).await?)
             } else {
                 None
             };
@@ -439,7 +459,7 @@ pub(crate) async fn start<S: FragmentStore>(
             "no transport to serve: the configuration has no quic settings",
         ));
     }
-    let listener = TcpListener::bind(addr).await?;
+    let listener = bind_tcp(addr, &ctx.cfg.tuning).await?;
     let addr = listener.local_addr()?;
     let accept = tokio::spawn(accept_loop(listener, ctx, rx));
     Ok(ServerHandle {
@@ -1083,4 +1103,23 @@ pub(crate) async fn write_parts<W: AsyncWrite + Unpin>(w: &mut W, header: &[u8],
         IoSlice::advance_slices(&mut slices, n);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The listener carries the congestion control, so a connection is born under it; set
+    /// only on the accepted socket, a connection born under `bbr` keeps `bbr`'s pacing.
+    #[tokio::test]
+    async fn the_listener_carries_the_congestion_control() {
+        let tuning = SocketTuning {
+            congestion: Some("reno".into()),
+            ..SocketTuning::server()
+        };
+        let listener = bind_tcp("127.0.0.1:0".parse().unwrap(), &tuning).await.unwrap();
+        let name = socket2::SockRef::from(&listener).tcp_congestion().unwrap();
+        let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+        assert_eq!(&name[..end], b"reno");
+    }
 }
