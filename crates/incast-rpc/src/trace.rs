@@ -5,7 +5,8 @@
 //! stripe's first key, its fragments, distinct servers and bytes; the span records the read's
 //! elapsed time, grants and hedges when it ends):
 //! - `DEBUG` events: hedges and retries issued, requests that failed and why, connections
-//!   opened (with the time the connect took), reset or lost, port budget changes, and the
+//!   opened (with the local port and the time the connect took), reset (with the local port)
+//!   or lost, port budget changes, and the
 //!   read's end;
 //! - an `INFO` event when a read fails, with the error.
 //!

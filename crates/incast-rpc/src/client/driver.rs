@@ -840,7 +840,8 @@ impl<'a> Driver<'a> {
                         "connecting to {server} at {addr}: no answer within {timeout:?}"
                     )))
                 });
-            crate::trace::event!(debug, server = %server, took_us = began.elapsed().as_micros() as u64, ok = result.is_ok(), "connected");
+            // The local port ties the connection to what `ss` or a packet capture shows.
+            crate::trace::event!(debug, server = %server, local_port = result.as_ref().ok().and_then(|o| o.0.local_addr().ok()).map_or(0, |a| a.port()), took_us = began.elapsed().as_micros() as u64, ok = result.is_ok(), "connected");
             (server, lane, addr, result)
         }));
         self.pending.insert((server, lane), Vec::new());
@@ -1235,7 +1236,7 @@ impl<'a> Driver<'a> {
     fn reset_conn(&mut self, i: usize, why: String) {
         let c = &self.conns[i];
         if crate::sys::disconnect(std::os::fd::AsFd::as_fd(c.stream.as_ref())).is_ok() {
-            crate::trace::event!(debug, server = %c.server, cause = %why, "stalled connection reset");
+            crate::trace::event!(debug, server = %c.server, local_port = c.stream.local_addr().map_or(0, |a| a.port()), cause = %why, "stalled connection reset");
             self.report.connections_reset += 1;
             self.break_conn(i, why);
         }
