@@ -48,7 +48,8 @@
 //!   range, first in line, on the spare connection of the same server or on a replica. The
 //!   replacement takes over the budget the stalled grant held, so hedges draw from B like
 //!   everything else, and their bytes are charged to the hedge budget; when that is spent the
-//!   grant waits, with exponential backoff, and after [`ESCALATE_AFTER_STALLS`] stalls it is
+//!   grant waits, with exponential backoff, and after [`ESCALATE_AFTER_STALLS`] stalls (or
+//!   [`ESCALATE_WITHIN`] without progress, whichever comes first) it is
 //!   moved (cancelled and re-requested, no hedge budget spent) to a replica, or without one
 //!   to the server's other connection, so it never waits on the server kernel's own
 //!   backed-off RTO. Racing the stalled request instead would
@@ -379,7 +380,7 @@ pub struct SchedulerStats {
     pub hedges_spurious: u64,
     /// Stalled grants moved (to a replica, or to the other connection of the same server)
     /// because the hedge budget was spent and they stayed stalled for
-    /// [`ESCALATE_AFTER_STALLS`] timeouts.
+    /// [`ESCALATE_AFTER_STALLS`] timeouts or [`ESCALATE_WITHIN`].
     pub escalations: u64,
 }
 
@@ -392,6 +393,16 @@ pub const MIN_PROGRESS_BYTES: u64 = 1448;
 /// moved to a replica that has not failed, or to the other connection of its server,
 /// instead of waiting on (for example) a kernel RTO that keeps backing off.
 pub const ESCALATE_AFTER_STALLS: u32 = 6;
+
+/// Longest a grant waits without progress, with the hedge budget spent, before it is moved
+/// as after [`ESCALATE_AFTER_STALLS`] stalls (100 ms): half of Linux's minimum RTO (200 ms),
+/// so that the move, and the reset of the stalled connection when the moved grant wins, come
+/// before the server's kernel retransmission timer fires. Counted in stalls alone, the
+/// backed-off timeouts of a path with a few milliseconds of queue added up to 300-500 ms:
+/// beside 2 bulk flows on the testbed (1 Gbit/s, 64 senders x 32 KiB) every traced server
+/// RTO of the reads was on a grant whose read had spent its hedge budget and that was still
+/// waiting for its sixth stall (one read took 625 ms, its stalled grant moved after 491 ms).
+pub const ESCALATE_WITHIN: Duration = Duration::from_millis(100);
 
 /// What a client-wide receiver lets one read issue now (see [`crate::receiver`]). The
 /// scheduler's own limits apply as well; [`Gate::OPEN`] adds none.
@@ -532,6 +543,9 @@ struct Live {
     expected: Instant,
     /// The stalled grant this one replaces (a hedge).
     replaces: Option<GrantId>,
+    /// Since when it has been stalled with its hedges denied: the point its first such
+    /// stall counted from. Cleared by progress.
+    stalled_since: Option<Instant>,
 }
 
 fn conn_index(server: u32, lane: Lane) -> usize {
@@ -896,6 +910,7 @@ impl Scheduler {
             if live.unmarked >= MIN_PROGRESS_BYTES || live.received == live.len {
                 live.unmarked = 0;
                 live.last_progress = now;
+                live.stalled_since = None;
                 self.conn_progress[c] = Some(now);
                 self.frags[f].backoff = 0;
             }
@@ -1497,6 +1512,7 @@ impl Scheduler {
             clean: self.conn_live[conn_index(server, lane)] == 0,
             expected: now + gate.ahead,
             replaces,
+            stalled_since: None,
         });
         self.conn_live[conn_index(server, lane)] += 1;
         let id = GrantId::new(slot, entry.generation);
@@ -1578,16 +1594,25 @@ impl Scheduler {
         self.adapt_on_stall(now);
         let live = self.live(id).expect("stalled grant is live");
         let (f, len) = (live.frag as usize, live.len);
+        // Where the first stall with hedges denied counted from (see ESCALATE_WITHIN).
+        let since = live.stalled_since.unwrap_or_else(|| {
+            let deadline = self.stall_deadline(live);
+            deadline.checked_sub(live.timeout).unwrap_or(deadline)
+        });
         self.frags[f].backoff += 1;
         if !(self.hedging && self.stats.hedged_bytes + len <= self.hedge_budget && len <= gate.hedge_room) {
+            let mut timeout = self.grant_timeout(self.frags[f].backoff, gate.timeout_scale);
             if self.hedging {
                 self.stats.hedges_denied += 1;
-                if self.frags[f].backoff >= ESCALATE_AFTER_STALLS {
+                let waited = now.saturating_duration_since(since);
+                if self.frags[f].backoff >= ESCALATE_AFTER_STALLS || waited >= ESCALATE_WITHIN {
                     self.escalate(id);
                     return;
                 }
+                // The next look comes no later than the time bound.
+                timeout = timeout.min(ESCALATE_WITHIN - waited);
+                self.slots[id.slot()].live.as_mut().expect("live").stalled_since = Some(since);
             }
-            let timeout = self.grant_timeout(self.frags[f].backoff, gate.timeout_scale);
             let live = self.slots[id.slot()].live.as_mut().expect("live");
             live.last_progress = now;
             live.timeout = timeout;
@@ -2225,8 +2250,9 @@ mod tests {
 
     /// A one-fragment read of 1,000 bytes on server 0 (with `replicas`) and no hedge
     /// budget, whose first grant never progresses: returns the scheduler, that grant, the
-    /// retry it was moved to after [`ESCALATE_AFTER_STALLS`] stalls (checking that the
-    /// original was cancelled first, and not before), and the time of the move.
+    /// retry it was moved to after [`ESCALATE_AFTER_STALLS`] stalls or [`ESCALATE_WITHIN`],
+    /// whichever came first (checking that the original was cancelled first, and not
+    /// before), and the time of the move.
     fn escalated(replicas: &[ServerId]) -> (Scheduler, Grant, Grant, Instant) {
         let frag = Fragment::new(ServerId(0), "k", 0, 1_000).with_replicas(replicas.iter().copied());
         let stripe = Stripe::new(vec![frag]).unwrap();
@@ -2238,22 +2264,28 @@ mod tests {
             .build()
             .unwrap();
         let mut s = Scheduler::new(&stripe, &p, 7);
-        let mut now = Instant::now();
+        let start = Instant::now();
+        let mut now = start;
         let g = requests(&mut s, now).pop().unwrap();
         assert_eq!((g.server, g.lane), (ServerId(0), Lane::Primary));
         let mut moved = None;
-        for stall in 0..ESCALATE_AFTER_STALLS {
-            assert!(
-                moved.is_none(),
-                "escalated after {stall} of {ESCALATE_AFTER_STALLS} stalls"
-            );
+        for stall in 1..=ESCALATE_AFTER_STALLS {
             now = s.poll_timeout().unwrap();
             s.handle_timeout(now);
             let actions: Vec<_> = std::iter::from_fn(|| s.poll_action(now)).collect();
-            if !actions.is_empty() {
+            let due = stall == ESCALATE_AFTER_STALLS || now - start >= ESCALATE_WITHIN;
+            assert_eq!(
+                !actions.is_empty(),
+                due,
+                "stall {stall} of {ESCALATE_AFTER_STALLS} after {:?}: {actions:?}",
+                now - start
+            );
+            if due {
                 moved = Some(actions);
+                break;
             }
         }
+        assert!(now - start <= ESCALATE_WITHIN, "moved after {:?}", now - start);
         let actions = moved.expect("escalated");
         assert_eq!(
             actions[0],
