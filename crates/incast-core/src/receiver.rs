@@ -273,6 +273,21 @@
 //! at its issue take to arrive at the port's measured rate, and its RTO counts from then
 //! (see `Gate::ahead` in the scheduler).
 //!
+//! # Stalls on a lossy port
+//!
+//! A grant whose read has spent its hedge budget (and the port's bucket) waits, and moves
+//! to a replica or a new connection only after [`crate::scheduler::ESCALATE_AFTER_STALLS`]
+//! backed-off stalls: 300-500 ms with a few milliseconds of queue in the RTO estimate.
+//! Beside bulk flows, where every response risks a lost tail that only the server's RTO
+//! repairs, the servers' 200 ms RTO fired first: traced with the kernel's tracepoints, the
+//! reads' host RTOs were on such grants, and one read took 625 ms (docs/measurements.md,
+//! *Fifteenth session*). So while a server has reported loss within
+//! [`LOSSY_PORT_WINDOW`], such a grant also moves once it has gone
+//! [`crate::scheduler::ESCALATE_WITHIN`] (100 ms) without progress. Only then: a grant on a
+//! port without loss may be waiting for a slow server, and one moved every 100 ms would never
+//! complete on a server that takes longer to answer. Measured beside 2 bulk flows (three
+//! alternated runs each of 8 rows): 1 host RTO against 14.
+//!
 //! # A silent server
 //!
 //! A server that freezes (a stopped process, a dead host whose connection has not reset)
@@ -426,6 +441,10 @@ pub const RATE_INTERVAL: Duration = Duration::from_micros(500);
 /// RTO of 200 ms and its retransmission, shorter than any read deadline worth having). See
 /// "A silent server" in the module docs.
 pub const PORT_SILENCE: Duration = Duration::from_millis(250);
+/// How long after a server last reported loss the port counts as lossy (1 s): while it
+/// does, a grant without progress whose read has spent its hedge budget moves within
+/// [`crate::scheduler::ESCALATE_WITHIN`] (see "Stalls on a lossy port" in the module docs).
+pub const LOSSY_PORT_WINDOW: Duration = Duration::from_secs(1);
 /// A queueing delay over this many configured targets (2: 400 us by default) counts toward
 /// competing with a standing queue of other traffic (see "A deep queue of other traffic" in
 /// the module docs): the receiver's own queue sits under about two targets (growth stops at
@@ -907,6 +926,8 @@ pub struct Receiver {
     lossy: u64,
     /// Of `lossy`, the responses whose servers reported loss (not stalls).
     reported_lossy: u64,
+    /// When a server last reported loss ([`LOSSY_PORT_WINDOW`]).
+    last_loss_report: Option<Instant>,
     loss_window_start: Option<Instant>,
     rtt: Option<RttEstimator>,
     stats: ReceiverStats,
@@ -938,6 +959,7 @@ impl Receiver {
             ends: 0,
             lossy: 0,
             reported_lossy: 0,
+            last_loss_report: None,
             loss_window_start: None,
             config,
             slots: Vec::new(),
@@ -1187,9 +1209,13 @@ impl Receiver {
     /// port's hedge bucket, or backed off).
     pub fn handle_timeout_of(&mut self, now: Instant, read: ReadKey) -> Result<(), EventError> {
         self.refill_hedges(now);
+        // On a port whose servers report loss, a stall is most likely a lost tail that only
+        // the server's RTO would repair: a grant that cannot be hedged moves before it.
+        let lossy = self.last_loss_report.is_some_and(|t| now < t + LOSSY_PORT_WINDOW);
         let gate = Gate {
             hedge_room: self.hedge_tokens,
             timeout_scale: self.timeout_scale,
+            escalate_within: lossy.then_some(crate::scheduler::ESCALATE_WITHIN),
             ..Gate::OPEN
         };
         let r = self.read_mut(read).ok_or(EventError::UnknownRead { read })?;
@@ -1279,6 +1305,7 @@ impl Receiver {
         if retransmits + rtos > 0 {
             self.lossy += 1;
             self.reported_lossy += 1;
+            self.last_loss_report = Some(now);
         }
         if rtos > 0 {
             self.loss_decrease(now, 1.0 - LOSS_DECREASE, true);
@@ -1583,6 +1610,8 @@ impl Receiver {
             },
             max_chunk: (self.budget / MIN_GRANTS_PER_BUDGET).max(MIN_CHUNK),
             timeout_scale: self.timeout_scale,
+            // Stalls are judged in `handle_timeout_of` only.
+            escalate_within: None,
         }
     }
 
@@ -2068,6 +2097,39 @@ mod tests {
         gs.dedup_by_key(|(_, g)| g.server);
         assert!(gs.len() >= 4, "the budget admits four servers at least");
         (rx, k, gs)
+    }
+
+    /// How long after its issue the one grant of a one-server read moves (a retry), on a
+    /// port with no hedge budget whose servers reported loss (`lossy`) or did not.
+    fn time_to_move(lossy: bool) -> Duration {
+        let t = Instant::now();
+        let mut rx = Receiver::new(ReceiverConfig::builder().hedge_burst(0).build().unwrap());
+        if lossy {
+            rx.on_loss(t, 1, 0);
+        }
+        let stripe = Stripe::new(vec![crate::Fragment::new(ServerId(0), "k", 0, 1_000)]).unwrap();
+        let k = rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
+        assert_eq!(requests(&mut rx, t).len(), 1);
+        for _ in 0..100 {
+            let now = rx.poll_timeout().expect("a stall timer");
+            rx.handle_timeout(now);
+            let moved = std::iter::from_fn(|| rx.poll_action(now))
+                .any(|(key, a)| key == k && matches!(a, Action::Request(g) if g.kind == crate::GrantKind::Retry));
+            if moved {
+                return now - t;
+            }
+        }
+        panic!("the stalled grant never moved");
+    }
+
+    #[test]
+    fn on_a_port_that_reports_loss_a_grant_without_hedges_moves_before_the_servers_rto() {
+        // With loss reported, within ESCALATE_WITHIN; without, after six backed-off stalls,
+        // past the kernel's 200 ms RTO (a slow server is not taken for a lost tail).
+        let lossy = time_to_move(true);
+        assert!(lossy <= crate::scheduler::ESCALATE_WITHIN, "{lossy:?}");
+        let clean = time_to_move(false);
+        assert!(clean > Duration::from_millis(200), "{clean:?}");
     }
 
     #[test]

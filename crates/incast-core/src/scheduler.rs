@@ -394,14 +394,21 @@ pub const MIN_PROGRESS_BYTES: u64 = 1448;
 /// instead of waiting on (for example) a kernel RTO that keeps backing off.
 pub const ESCALATE_AFTER_STALLS: u32 = 6;
 
-/// Longest a grant waits without progress, with the hedge budget spent, before it is moved
-/// as after [`ESCALATE_AFTER_STALLS`] stalls (100 ms): half of Linux's minimum RTO (200 ms),
-/// so that the move, and the reset of the stalled connection when the moved grant wins, come
-/// before the server's kernel retransmission timer fires. Counted in stalls alone, the
-/// backed-off timeouts of a path with a few milliseconds of queue added up to 300-500 ms:
-/// beside 2 bulk flows on the testbed (1 Gbit/s, 64 senders x 32 KiB) every traced server
-/// RTO of the reads was on a grant whose read had spent its hedge budget and that was still
-/// waiting for its sixth stall (one read took 625 ms, its stalled grant moved after 491 ms).
+/// On a port whose servers report loss, the longest a grant waits without progress, with
+/// the hedge budget spent, before it is moved as after [`ESCALATE_AFTER_STALLS`] stalls
+/// (100 ms): half of Linux's minimum RTO (200 ms), so that the move, and the reset of the
+/// stalled connection when the moved grant wins, come before the server's kernel
+/// retransmission timer fires. Counted in stalls alone, the backed-off timeouts of a path
+/// with a few milliseconds of queue added up to 300-500 ms: beside 2 bulk flows on the
+/// testbed (1 Gbit/s, 64 senders x 32 KiB) the traced server RTO of the reads was on a grant
+/// whose read had spent its hedge budget and that was still waiting for its sixth stall (the
+/// read took 625 ms, its stalled grant moved after 491 ms).
+///
+/// Only where loss is reported: there a grant without progress is most likely behind a lost
+/// tail that only the server's RTO will repair. Elsewhere it may be a slow server, and a
+/// grant moved every 100 ms never completes on a server that takes longer than that to
+/// answer (a client-wide receiver sets it, see `Gate::escalate_within`; a read scheduled
+/// alone counts stalls only).
 pub const ESCALATE_WITHIN: Duration = Duration::from_millis(100);
 
 /// What a client-wide receiver lets one read issue now (see [`crate::receiver`]). The
@@ -428,6 +435,10 @@ pub(crate) struct Gate {
     /// Multiplier of the grant timeouts (1 and up): the port raises it after spurious
     /// hedges.
     pub timeout_scale: u32,
+    /// With the hedge budget spent, how long a grant may go without progress before it is
+    /// moved ([`ESCALATE_WITHIN`] on a port whose servers report loss); `None`: only
+    /// [`ESCALATE_AFTER_STALLS`] counts.
+    pub escalate_within: Option<Duration>,
 }
 
 impl Gate {
@@ -439,6 +450,7 @@ impl Gate {
         grant: 0,
         max_chunk: u64::MAX,
         timeout_scale: 1,
+        escalate_within: None,
     };
     /// Admits no grant: polls cancels only.
     pub(crate) const CLOSED: Gate = Gate {
@@ -449,6 +461,7 @@ impl Gate {
         grant: 0,
         max_chunk: u64::MAX,
         timeout_scale: 1,
+        escalate_within: None,
     };
 }
 
@@ -1605,12 +1618,13 @@ impl Scheduler {
             if self.hedging {
                 self.stats.hedges_denied += 1;
                 let waited = now.saturating_duration_since(since);
-                if self.frags[f].backoff >= ESCALATE_AFTER_STALLS || waited >= ESCALATE_WITHIN {
+                let within = gate.escalate_within.unwrap_or(Duration::MAX);
+                if self.frags[f].backoff >= ESCALATE_AFTER_STALLS || waited >= within {
                     self.escalate(id);
                     return;
                 }
                 // The next look comes no later than the time bound.
-                timeout = timeout.min(ESCALATE_WITHIN - waited);
+                timeout = timeout.min(within - waited);
                 self.slots[id.slot()].live.as_mut().expect("live").stalled_since = Some(since);
             }
             let live = self.slots[id.slot()].live.as_mut().expect("live");
@@ -2249,11 +2263,16 @@ mod tests {
     }
 
     /// A one-fragment read of 1,000 bytes on server 0 (with `replicas`) and no hedge
-    /// budget, whose first grant never progresses: returns the scheduler, that grant, the
-    /// retry it was moved to after [`ESCALATE_AFTER_STALLS`] stalls or [`ESCALATE_WITHIN`],
-    /// whichever came first (checking that the original was cancelled first, and not
-    /// before), and the time of the move.
-    fn escalated(replicas: &[ServerId]) -> (Scheduler, Grant, Grant, Instant) {
+    /// budget, whose first grant never progresses, under a port that moves such grants
+    /// after `within` (`None`: stalls only): returns the scheduler, that grant, the retry it
+    /// was moved to after [`ESCALATE_AFTER_STALLS`] stalls or `within`, whichever came first
+    /// (checking that the original was cancelled first, and not before), and the time of
+    /// the move. The read starts at `start`.
+    fn escalated_within(
+        replicas: &[ServerId],
+        within: Option<Duration>,
+        start: Instant,
+    ) -> (Scheduler, Grant, Grant, Instant) {
         let frag = Fragment::new(ServerId(0), "k", 0, 1_000).with_replicas(replicas.iter().copied());
         let stripe = Stripe::new(vec![frag]).unwrap();
         let p = Policy::builder()
@@ -2264,16 +2283,19 @@ mod tests {
             .build()
             .unwrap();
         let mut s = Scheduler::new(&stripe, &p, 7);
-        let start = Instant::now();
         let mut now = start;
         let g = requests(&mut s, now).pop().unwrap();
         assert_eq!((g.server, g.lane), (ServerId(0), Lane::Primary));
         let mut moved = None;
+        let gate = Gate {
+            escalate_within: within,
+            ..Gate::OPEN
+        };
         for stall in 1..=ESCALATE_AFTER_STALLS {
             now = s.poll_timeout().unwrap();
-            s.handle_timeout(now);
+            s.handle_timeout_gated(now, &gate);
             let actions: Vec<_> = std::iter::from_fn(|| s.poll_action(now)).collect();
-            let due = stall == ESCALATE_AFTER_STALLS || now - start >= ESCALATE_WITHIN;
+            let due = stall == ESCALATE_AFTER_STALLS || within.is_some_and(|w| now - start >= w);
             assert_eq!(
                 !actions.is_empty(),
                 due,
@@ -2285,7 +2307,9 @@ mod tests {
                 break;
             }
         }
-        assert!(now - start <= ESCALATE_WITHIN, "moved after {:?}", now - start);
+        if let Some(w) = within {
+            assert!(now - start <= w, "moved after {:?}", now - start);
+        }
         let actions = moved.expect("escalated");
         assert_eq!(
             actions[0],
@@ -2301,6 +2325,26 @@ mod tests {
         assert_eq!((r.kind, r.len), (GrantKind::Retry, 1_000));
         assert_eq!((s.stats().escalations, s.stats().hedges), (1, 0));
         (s, g, r.clone(), now)
+    }
+
+    fn escalated(replicas: &[ServerId]) -> (Scheduler, Grant, Grant, Instant) {
+        escalated_within(replicas, None, Instant::now())
+    }
+
+    #[test]
+    fn on_a_lossy_port_a_grant_stalled_past_the_hedge_budget_moves_within_the_bound() {
+        // Stalls alone: the sixth comes after 5 + 10 + 20 + 40 + 80 + 100 ms (and jitter),
+        // past the server kernel's 200 ms RTO.
+        let start = Instant::now();
+        let (_, _, _, at) = escalated_within(&[], None, start);
+        assert!(at - start > Duration::from_millis(200), "{:?}", at - start);
+        // Where the port reports loss, within ESCALATE_WITHIN, a stall or two earlier.
+        let start = Instant::now();
+        let (mut s, _, r, at) = escalated_within(&[ServerId(1)], Some(ESCALATE_WITHIN), start);
+        assert!(at - start <= ESCALATE_WITHIN, "{:?}", at - start);
+        assert_eq!((r.server, r.lane), (ServerId(1), Lane::Primary));
+        finish(&mut s, &r, at);
+        assert!(s.is_complete());
     }
 
     #[test]
