@@ -517,8 +517,8 @@ struct Frag {
     backoff: u32,
     /// Bit `2 * route + lane`: that connection stalled on this fragment.
     stalled: u32,
-    /// A grant of this fragment was moved by the time bound (`Gate::escalate_within`):
-    /// later ones wait for the stall count.
+    /// A grant of this fragment was moved by the time bound (`Gate::escalate_within`) and
+    /// the fragment has made no progress since: its next move waits for the stall count.
     timed_move: bool,
     in_ready: bool,
     in_urgent: bool,
@@ -930,6 +930,7 @@ impl Scheduler {
                 live.stalled_since = None;
                 self.conn_progress[c] = Some(now);
                 self.frags[f].backoff = 0;
+                self.frags[f].timed_move = false;
             }
             if first {
                 self.rtt.on_sample(sample);
@@ -1622,9 +1623,10 @@ impl Scheduler {
             if self.hedging {
                 self.stats.hedges_denied += 1;
                 let waited = now.saturating_duration_since(since);
-                // The time bound moves a fragment once: a grant moved again and again is
-                // queued, not lost (beside bulk flows whose hosts' NIC queues held tens of
-                // milliseconds, one row moved 224 grants and read 5% of the line rate).
+                // The time bound moves a fragment once until it makes progress again: a grant
+                // moved again and again without a byte in between is queued, not lost
+                // (beside bulk flows whose hosts' NIC queues held tens of milliseconds, one
+                // row moved 224 grants and read 5% of the line rate).
                 let within = match gate.escalate_within {
                     Some(w) if !self.frags[f].timed_move => w,
                     _ => Duration::MAX,
