@@ -285,8 +285,11 @@
 //! [`LOSSY_PORT_WINDOW`], such a grant also moves once it has gone
 //! [`crate::scheduler::ESCALATE_WITHIN`] (100 ms) without progress. Only then: a grant on a
 //! port without loss may be waiting for a slow server, and one moved every 100 ms would never
-//! complete on a server that takes longer to answer. Measured beside 2 bulk flows (three
-//! alternated runs each of 8 rows): 1 host RTO against 14.
+//! complete on a server that takes longer to answer. And once per fragment until it makes
+//! progress again: a grant moved and again without a byte is queued, not lost (beside bulk
+//! flows through a 128 KiB port one row moved 224 grants and read 5% of the line rate).
+//! Measured beside 2 bulk flows (three alternated runs each of 8 rows, before the two
+//! limits): 1 host RTO against 14.
 //!
 //! # A silent server
 //!
