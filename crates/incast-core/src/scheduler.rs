@@ -2387,6 +2387,52 @@ mod tests {
     }
 
     #[test]
+    fn after_progress_the_time_bound_moves_a_fragment_again() {
+        // Two chunks, one at a time, no hedge budget, on a lossy port: the first chunk's
+        // grant moves within the bound and its retry delivers; the second chunk's grant
+        // stalls too and moves within the bound again (a fragment can lose several tails).
+        let lossy = Gate {
+            escalate_within: Some(ESCALATE_WITHIN),
+            ..Gate::OPEN
+        };
+        let stripe = Stripe::new(vec![Fragment::new(ServerId(0), "k", 0, 2_000)]).unwrap();
+        let p = Policy::builder()
+            .grant_size(GrantSize::Chunk { bytes: 1_000 })
+            .pipeline_depth(1)
+            .hedging(Hedging::AfterRto {
+                budget_fraction: 0.0,
+                min_budget_bytes: 0,
+            })
+            .build()
+            .unwrap();
+        let mut s = Scheduler::new(&stripe, &p, 7);
+        let mut now = Instant::now();
+        let mut issued = now;
+        let mut first = requests(&mut s, now);
+        assert_eq!(first.len(), 1, "{first:?}");
+        let mut moves = Vec::new();
+        while moves.len() < 2 {
+            now = s.poll_timeout().expect("a stall timer");
+            s.handle_timeout_gated(now, &lossy);
+            for a in std::iter::from_fn(|| s.poll_action(now)).collect::<Vec<_>>() {
+                let Action::Request(g) = a else { continue };
+                assert_eq!(g.kind, GrantKind::Retry, "{g:?}");
+                moves.push(now - issued);
+                if moves.len() == 1 {
+                    // The retry delivers 5 ms later (a round trip that sets the RTO): progress.
+                    // The second chunk goes out and stalls.
+                    now += Duration::from_millis(5);
+                    finish(&mut s, &g, now);
+                    first = requests(&mut s, now);
+                    assert_eq!(first.len(), 1, "{first:?}");
+                    issued = now;
+                }
+            }
+        }
+        assert!(moves.iter().all(|&d| d <= ESCALATE_WITHIN), "{moves:?}");
+    }
+
+    #[test]
     fn a_grant_stalled_past_the_hedge_budget_escalates_to_a_replica() {
         let (mut s, _, r, now) = escalated(&[ServerId(1)]);
         assert_eq!((r.server, r.lane), (ServerId(1), Lane::Primary));
