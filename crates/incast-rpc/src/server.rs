@@ -398,9 +398,11 @@ pub async fn serve<S: FragmentStore>(addr: SocketAddr, store: S, config: ServerC
 /// tries again and reports it (`ServerHandle::tuning`).
 async fn bind_tcp(addr: SocketAddr, tuning: &SocketTuning) -> io::Result<TcpListener> {
     let listener = TcpListener::bind(addr).await?;
-    if let Some(name) = &tuning.congestion {
-        let _ = socket2::SockRef::from(&listener).set_tcp_congestion(name.as_bytes());
-    }
+    let congestion_only = SocketTuning {
+        congestion: tuning.congestion.clone(),
+        ..SocketTuning::default()
+    };
+    let _ = congestion_only.apply(&listener);
     Ok(listener)
 }
 
