@@ -20,8 +20,13 @@ use tokio::sync::oneshot;
 use crate::netns::Netns;
 use crate::pattern::PatternStore;
 
-/// Bytes a bulk sender writes per call.
-const BULK_WRITE: usize = 256 << 10;
+/// Bytes a bulk sender writes per call (64 KiB), after which it yields to the servers
+/// that share its thread. A write runs the whole emulated path inline (veth, bridge, the
+/// host's qdisc): on the testbed a 256 KiB write took 1.4 ms on average, and the bulk
+/// senders, never yielding, kept every server of the thread from accepting or answering for
+/// up to 2.6 s beside a 128 KiB port (traced with `perf trace` and the servers' `trace`
+/// events; docs/measurements.md, *Sixteenth session*).
+const BULK_WRITE: usize = 64 << 10;
 
 /// Where servers run: one entry per host, the namespace (`None`: this thread's) and address.
 pub type Hosts = Vec<(Option<Netns>, IpAddr)>;
@@ -236,7 +241,11 @@ async fn bulk_sender(listener: tokio::net::TcpListener, cc: String, rtos: Arc<At
                             break;
                         }
                         match sock.try_write(&data) {
-                            Ok(_) => {}
+                            // Take turns with the servers on this thread: neither `writable`
+                            // nor `try_write` spends tokio's cooperative budget, and a socket
+                            // whose bytes leave at once (its qdisc takes them) stays writable,
+                            // so this loop held the thread for up to 2.6 s (see BULK_WRITE).
+                            Ok(_) => tokio::task::yield_now().await,
                             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                             Err(_) => break,
                         }
