@@ -74,6 +74,9 @@ struct Inner {
     /// The budget last seen, for the `tracing` event of a change.
     #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
     budget: u64,
+    /// The timeout multiplier and denied hedges last seen, for their `tracing` events.
+    #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+    seen: (u32, u64),
     clock: Clock,
 }
 
@@ -100,6 +103,17 @@ impl Inner {
             if now != self.budget {
                 tracing::debug!(budget = now, was = self.budget, "port budget changed");
                 self.budget = now;
+            }
+            if tracing::enabled!(tracing::Level::DEBUG) {
+                let st = self.rx.stats();
+                let (scale, denied) = self.seen;
+                if st.timeout_scale != scale {
+                    tracing::debug!(scale = st.timeout_scale, was = scale, "port timeout scale changed");
+                }
+                if st.hedges_denied > denied {
+                    tracing::debug!(denied = st.hedges_denied - denied, "port hedge bucket denied");
+                }
+                self.seen = (st.timeout_scale, st.hedges_denied);
             }
         }
     }
@@ -220,6 +234,7 @@ impl Port {
                 let rx = Receiver::new(config);
                 Inner {
                     budget: rx.budget(),
+                    seen: (rx.stats().timeout_scale, 0),
                     rx,
                     outboxes: HashMap::new(),
                     clock: Clock::default(),

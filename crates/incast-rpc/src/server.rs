@@ -592,6 +592,11 @@ struct Pending {
 }
 
 async fn connection<S: FragmentStore>(stream: TcpStream, ctx: Arc<Ctx<S>>, shutdown: watch::Receiver<bool>) {
+    crate::trace::event!(
+        trace,
+        peer_port = stream.peer_addr().map_or(0, |a| a.port()),
+        "accepted"
+    );
     let report = ctx.cfg.tuning.apply(&stream);
     if !report.refused.is_empty() || !report.applied.is_empty() {
         ctx.stats
@@ -821,7 +826,31 @@ async fn write_responses<S: FragmentStore, W: TcpSink>(
                         .cancelled
                         .contains(&id)
                 };
+                #[cfg(feature = "tracing")]
+                let began = std::time::Instant::now();
+                #[cfg(feature = "tracing")]
+                if tracing::enabled!(tracing::Level::TRACE) {
+                    let peer = socket2::SockRef::from(&wr.socket()).peer_addr().ok();
+                    tracing::trace!(
+                        peer_port = peer.and_then(|a| a.as_socket()).map_or(0, |a| a.port()),
+                        id,
+                        len,
+                        "serving"
+                    );
+                }
                 let r = respond_any(&mut wr, &mut buf, &cancelled, ctx, id, &key, offset, len, open).await;
+                #[cfg(feature = "tracing")]
+                if tracing::enabled!(tracing::Level::TRACE) {
+                    let peer = socket2::SockRef::from(&wr.socket()).peer_addr().ok();
+                    tracing::trace!(
+                        peer_port = peer.and_then(|a| a.as_socket()).map_or(0, |a| a.port()),
+                        id,
+                        len,
+                        queued = rx.len(),
+                        took_us = began.elapsed().as_micros() as u64,
+                        "served"
+                    );
+                }
                 let mut p = pending.lock().unwrap_or_else(|e| e.into_inner());
                 p.queued.remove(&id);
                 p.cancelled.remove(&id);

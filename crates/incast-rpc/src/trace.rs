@@ -80,5 +80,22 @@ mod spans {
             ),
             Err(e) => tracing::info!(error = %e, "read failed"),
         }
+        // Where a read's time went, fragment by fragment (trace level: one event each).
+        if tracing::enabled!(tracing::Level::TRACE) {
+            let us = |d: Option<std::time::Duration>| d.map_or(-1, |d| d.as_micros() as i64);
+            for (i, f) in report.fragments.iter().enumerate() {
+                tracing::trace!(
+                    fragment = i,
+                    granted_us = us(f.granted),
+                    first_byte_us = us(f.first_byte),
+                    done_us = us(f.done),
+                    grants = f.grants,
+                    hedges = f.hedges,
+                    retransmits = f.retransmits,
+                    kernel_rtos = f.kernel_rtos,
+                    "fragment"
+                );
+            }
+        }
     }
 }
