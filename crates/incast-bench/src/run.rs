@@ -211,6 +211,9 @@ pub struct Measurement {
     pub escalations: u64,
     /// Connections reset after a hedge of their stalled response won.
     pub connections_reset: u64,
+    /// Grants whose bytes the port stopped counting while they were late (see
+    /// `SchedulerStats::late_grants`).
+    pub late_grants: u64,
     /// Smallest client-wide budget seen during the reads, bytes (`default`, `quic`,
     /// `fallback`; 0 otherwise).
     pub budget_min: u64,
@@ -482,6 +485,7 @@ pub async fn measure(
                         m.hedges_denied += r.stats.hedges_denied;
                         m.escalations += r.stats.escalations;
                         m.connections_reset += u64::from(r.connections_reset);
+                        m.late_grants += r.stats.late_grants;
                         m.grants += r.stats.grants;
                         if let Some(p) = r.port {
                             m.budget_min = m.budget_min.min(p.budget_min);

@@ -382,6 +382,10 @@ pub struct SchedulerStats {
     /// because the hedge budget was spent and they stayed stalled for
     /// [`ESCALATE_AFTER_STALLS`] timeouts or [`ESCALATE_WITHIN`].
     pub escalations: u64,
+    /// Grants that went without progress for a client-wide receiver's late bound past their
+    /// expected arrival, so the port stopped counting their bytes until they progressed (see
+    /// "Late grants leave the budget" in [`crate::receiver`]).
+    pub late_grants: u64,
 }
 
 /// Bytes of a grant that must arrive (or its last byte) before they count as progress and
@@ -439,6 +443,10 @@ pub(crate) struct Gate {
     /// moved ([`ESCALATE_WITHIN`] on a port whose servers report loss); `None`: only
     /// [`ESCALATE_AFTER_STALLS`] counts.
     pub escalate_within: Option<Duration>,
+    /// How long a grant may go without progress past its expected arrival before it counts
+    /// as *late* ([`Scheduler::late_bytes`]): the port stops counting its bytes, as TCP's
+    /// pipe stops counting segments deemed lost. `None`: no grant is late.
+    pub late_after: Option<Duration>,
 }
 
 impl Gate {
@@ -451,6 +459,7 @@ impl Gate {
         max_chunk: u64::MAX,
         timeout_scale: 1,
         escalate_within: None,
+        late_after: None,
     };
     /// Admits no grant: polls cancels only.
     pub(crate) const CLOSED: Gate = Gate {
@@ -462,6 +471,7 @@ impl Gate {
         max_chunk: u64::MAX,
         timeout_scale: 1,
         escalate_within: None,
+        late_after: None,
     };
 }
 
@@ -562,6 +572,12 @@ struct Live {
     /// Since when it has been stalled with its hedges denied: the point its first such
     /// stall counted from. Cleared by progress.
     stalled_since: Option<Instant>,
+    /// Without progress for [`Gate::late_after`] past its expected arrival: its remaining
+    /// bytes are in [`Scheduler::late_bytes`]. Cleared by progress.
+    late: bool,
+    /// When it last became late: a first byte after that is a repaired loss, and its RTT
+    /// sample is clamped to this point (see "Late grants leave the budget").
+    late_at: Option<Instant>,
 }
 
 fn conn_index(server: u32, lane: Lane) -> usize {
@@ -665,6 +681,10 @@ pub struct Scheduler {
     open_hedges: HashSet<GrantId>,
     /// The last clean first-byte time, for a client-wide receiver's queueing-delay signal.
     last_sample: Option<Duration>,
+    /// The last [`Gate::late_after`] a receiver gave.
+    late_after: Option<Duration>,
+    /// Remaining bytes of the late grants.
+    late_bytes: u64,
 }
 
 impl Scheduler {
@@ -755,6 +775,8 @@ impl Scheduler {
             stats: SchedulerStats::default(),
             open_hedges: HashSet::new(),
             last_sample: None,
+            late_after: None,
+            late_bytes: 0,
             frags,
         };
         s.skip_empty();
@@ -781,6 +803,7 @@ impl Scheduler {
 
     /// [`Scheduler::poll_action`] under a client-wide receiver's limits.
     pub(crate) fn poll_gated(&mut self, now: Instant, gate: &Gate) -> Polled {
+        self.late_after = gate.late_after;
         if let Some(c) = self.cancels.pop_front() {
             return Polled::Action(c);
         }
@@ -836,7 +859,7 @@ impl Scheduler {
                 self.timers.pop();
                 continue;
             };
-            let deadline = self.stall_deadline(live);
+            let deadline = self.next_due(live);
             if deadline <= due {
                 break;
             }
@@ -875,6 +898,7 @@ impl Scheduler {
     pub(crate) fn handle_timeout_gated(&mut self, now: Instant, gate: &Gate) {
         // Hedges of this call draw on one allowance.
         let mut gate = *gate;
+        self.late_after = gate.late_after;
         while let Some(&Reverse((due, id))) = self.timers.peek() {
             if due > now || self.outcome.is_some() {
                 break;
@@ -883,7 +907,15 @@ impl Scheduler {
             let Some(live) = self.live(id) else { continue };
             let deadline = self.stall_deadline(live);
             if deadline > now {
-                self.timers.push(Reverse((deadline, id)));
+                if self.late_deadline(live).is_some_and(|t| t <= now) {
+                    let live = self.slots[id.slot()].live.as_mut().expect("live");
+                    live.late = true;
+                    live.late_at = Some(now);
+                    self.late_bytes += live.len - live.received;
+                    self.stats.late_grants += 1;
+                }
+                let live = self.live(id).expect("live");
+                self.timers.push(Reverse((self.next_due(live), id)));
                 continue;
             }
             self.on_stall(now, id, &mut gate);
@@ -919,15 +951,28 @@ impl Scheduler {
             let c = conn_index(live.server, live.lane);
             let first = live.received == 0 && live.clean;
             let sample = now.saturating_duration_since(live.issued_at);
+            // Karn: a first byte that came after the grant went late measured the loss's
+            // repair (a tail loss probe, an RTO), not the path; clamped, a path that got
+            // slower for good still raises the estimate, by up to the late bound a sample.
+            let sample = match live.late_at {
+                Some(t) => sample.min(t.saturating_duration_since(live.issued_at)),
+                _ => sample,
+            };
             let live = self.slots[id.slot()].live.as_mut().expect("checked live");
             live.received += n;
             live.unmarked += n;
             let f = live.frag as usize;
             self.outstanding -= n;
+            if live.late {
+                self.late_bytes -= n;
+            }
             if live.unmarked >= MIN_PROGRESS_BYTES || live.received == live.len {
                 live.unmarked = 0;
                 live.last_progress = now;
                 live.stalled_since = None;
+                if std::mem::take(&mut live.late) {
+                    self.late_bytes -= live.len - live.received;
+                }
                 self.conn_progress[c] = Some(now);
                 self.frags[f].backoff = 0;
                 self.frags[f].timed_move = false;
@@ -1164,6 +1209,12 @@ impl Scheduler {
     }
 
     /// Grants outstanding.
+    /// Remaining bytes of the grants that are late: without progress for the receiver's
+    /// [`Gate::late_after`] past their expected arrival (0 for a read scheduled alone).
+    pub(crate) fn late_bytes(&self) -> u64 {
+        self.late_bytes
+    }
+
     pub(crate) fn live_grants(&self) -> u32 {
         self.live_grants
     }
@@ -1176,10 +1227,14 @@ impl Scheduler {
         let mut per_conn = vec![0u32; self.servers.len() * 2];
         let mut per_frag = vec![(0u32, 0u64); self.frags.len()];
         let mut live = 0;
+        let mut late = 0;
         for slot in &self.slots {
             let Some(l) = &slot.live else { continue };
             live += 1;
             outstanding += l.len - l.received;
+            if l.late {
+                late += l.len - l.received;
+            }
             per_server[l.server as usize] += 1;
             per_conn[conn_index(l.server, l.lane)] += 1;
             per_frag[l.frag as usize].0 += 1;
@@ -1201,6 +1256,9 @@ impl Scheduler {
                 "outstanding {} / live {} recount as {outstanding} / {live}",
                 self.outstanding, self.live_grants
             ));
+        }
+        if late != self.late_bytes {
+            return violation(format!("late bytes {} recount as {late}", self.late_bytes));
         }
         if per_server != self.server_live {
             return violation("per-server live counts disagree with the slots".into());
@@ -1531,6 +1589,8 @@ impl Scheduler {
             expected: now + gate.ahead,
             replaces,
             stalled_since: None,
+            late: false,
+            late_at: None,
         });
         self.conn_live[conn_index(server, lane)] += 1;
         let id = GrantId::new(slot, entry.generation);
@@ -1541,7 +1601,10 @@ impl Scheduler {
         }
         self.server_live[server as usize] += 1;
         if self.timers_on {
-            self.push_timer(now + timeout, id);
+            let due = self
+                .late_after
+                .map_or(now + timeout, |after| (now + timeout).min(now + gate.ahead + after));
+            self.push_timer(due, id);
         }
         let st = &mut self.stats;
         st.grants += 1;
@@ -1576,12 +1639,31 @@ impl Scheduler {
     /// ahead of it does (responses on a connection come in order), and none is late before
     /// the bytes granted ahead of it on the port can have arrived (`expected`).
     fn stall_deadline(&self, live: &Live) -> Instant {
-        let progress = match self.conn_progress[conn_index(live.server, live.lane)] {
+        self.progress_base(live) + live.timeout
+    }
+
+    /// The latest of the grant's own progress, its connection's, and its expected arrival.
+    fn progress_base(&self, live: &Live) -> Instant {
+        match self.conn_progress[conn_index(live.server, live.lane)] {
             Some(p) => p.max(live.last_progress),
             None => live.last_progress,
         }
-        .max(live.expected);
-        progress + live.timeout
+        .max(live.expected)
+    }
+
+    /// When a grant that is not late yet becomes late (`None`: it is, or no grant is late
+    /// under the receiver's last gate).
+    fn late_deadline(&self, live: &Live) -> Option<Instant> {
+        match self.late_after {
+            Some(after) if !live.late => Some(self.progress_base(live) + after),
+            _ => None,
+        }
+    }
+
+    /// The grant's next timer: late, then stalled.
+    fn next_due(&self, live: &Live) -> Instant {
+        let stall = self.stall_deadline(live);
+        self.late_deadline(live).map_or(stall, |t| t.min(stall))
     }
 
     fn live(&self, id: GrantId) -> Option<&Live> {
@@ -1596,6 +1678,9 @@ impl Scheduler {
         self.free_slots.push(id.slot() as u32);
         self.frags[live.frag as usize].live -= 1;
         self.outstanding -= live.len - live.received;
+        if live.late {
+            self.late_bytes -= live.len - live.received;
+        }
         self.live_grants -= 1;
         self.conn_live[conn_index(live.server, live.lane)] -= 1;
         let s = &mut self.server_live[live.server as usize];
@@ -1625,8 +1710,9 @@ impl Scheduler {
                 let waited = now.saturating_duration_since(since);
                 // The time bound moves a fragment once until it makes progress again: a grant
                 // moved again and again without a byte in between is queued, not lost
-                // (beside bulk flows whose hosts' NIC queues held tens of milliseconds, one
-                // row moved 224 grants and read 5% of the line rate).
+                // (beside bulk flows on a testbed whose bulk senders starved the servers'
+                // thread for hundreds of milliseconds, one row moved 224 grants and read 5%
+                // of the line rate; docs/measurements.md, *Sixteenth session*).
                 let within = match gate.escalate_within {
                     Some(w) if !self.frags[f].timed_move => w,
                     _ => Duration::MAX,
@@ -2358,6 +2444,49 @@ mod tests {
         assert_eq!((r.server, r.lane), (ServerId(1), Lane::Primary));
         finish(&mut s, &r, at);
         assert!(s.is_complete());
+    }
+
+    #[test]
+    fn a_grant_without_progress_goes_late_before_it_stalls_and_its_first_byte_is_clamped() {
+        // Under a late bound of 1 ms (the initial RTO is 5 ms), a grant with no byte goes
+        // late at 1 ms: its bytes leave `late_bytes`' complement, nothing is hedged, and
+        // progress brings them back. Its first byte, 8 ms after issue (a repaired loss),
+        // enters the RTT estimate clamped to the 1 ms at which it went late (Karn).
+        let late = Gate {
+            late_after: Some(Duration::from_millis(1)),
+            ..Gate::OPEN
+        };
+        let stripe = Stripe::new(vec![Fragment::new(ServerId(0), "k", 0, 4_000)]).unwrap();
+        let mut s = Scheduler::new(&stripe, &Policy::default(), 7);
+        let t = Instant::now();
+        let Polled::Action(Action::Request(g)) = s.poll_gated(t, &late) else {
+            panic!("a first grant")
+        };
+        assert_eq!(s.late_bytes(), 0);
+        let due = s.poll_timeout().expect("a timer");
+        assert_eq!(due, t + Duration::from_millis(1), "the late bound comes first");
+        s.handle_timeout_gated(due, &late);
+        assert_eq!(s.late_bytes(), g.len);
+        assert_eq!((s.stats().stalls, s.stats().hedges, s.stats().late_grants), (0, 0, 1));
+        // The stall timer still runs: the next due is past the late bound.
+        assert!(s.poll_timeout().expect("the stall timer") > due);
+        s.on_bytes(t + Duration::from_millis(8), g.id, MIN_PROGRESS_BYTES)
+            .unwrap();
+        assert_eq!(s.late_bytes(), 0, "progress ends lateness");
+        assert_eq!(s.take_sample(), Some(Duration::from_millis(1)), "Karn's clamp");
+        assert_eq!(s.rtt().latest(), Some(Duration::from_millis(1)));
+        // Without a late bound (a read scheduled alone), the same grant is never late and its
+        // sample is the whole 8 ms.
+        let mut s = Scheduler::new(&stripe, &Policy::default(), 7);
+        let Polled::Action(Action::Request(g)) = s.poll_gated(t, &Gate::OPEN) else {
+            panic!("a first grant")
+        };
+        let due = s.poll_timeout().expect("a timer");
+        assert!(due > t + Duration::from_millis(1));
+        s.on_bytes(t + Duration::from_millis(8), g.id, MIN_PROGRESS_BYTES)
+            .unwrap();
+        assert_eq!(s.stats().late_grants, 0);
+        assert_eq!(s.take_sample(), Some(Duration::from_millis(8)));
     }
 
     #[test]

@@ -256,9 +256,16 @@ impl Harness {
         match action {
             Action::Request(g) => {
                 // Re-requests replace admitted bytes (and hedges draw on the bucket); stuck
-                // bytes no longer count.
+                // bytes no longer count, nor late ones up to a budget's worth.
                 let rerequest = matches!(g.kind, GrantKind::Hedge | GrantKind::Retry);
-                let counted = before - self.rx.stats().stuck;
+                let st = self.rx.stats();
+                prop_assert!(
+                    st.late <= before - st.stuck,
+                    "late {} of {} counted",
+                    st.late,
+                    before - st.stuck
+                );
+                let counted = before - st.stuck - st.late.min(budget);
                 prop_assert!(
                     rerequest || counted == 0 || counted + g.len <= budget,
                     "grant of {} with {} counted ({} outstanding), budget {}",
