@@ -826,30 +826,19 @@ async fn write_responses<S: FragmentStore, W: TcpSink>(
                         .cancelled
                         .contains(&id)
                 };
+                // Each response's start and end, with the client's port (`INCAST_LOG=trace`).
                 #[cfg(feature = "tracing")]
-                let began = std::time::Instant::now();
+                let traced = tracing::enabled!(tracing::Level::TRACE)
+                    .then(|| (peer_port(wr.socket()), std::time::Instant::now()));
                 #[cfg(feature = "tracing")]
-                if tracing::enabled!(tracing::Level::TRACE) {
-                    let peer = socket2::SockRef::from(&wr.socket()).peer_addr().ok();
-                    tracing::trace!(
-                        peer_port = peer.and_then(|a| a.as_socket()).map_or(0, |a| a.port()),
-                        id,
-                        len,
-                        "serving"
-                    );
+                if let Some((peer_port, _)) = traced {
+                    tracing::trace!(peer_port, id, len, "serving");
                 }
                 let r = respond_any(&mut wr, &mut buf, &cancelled, ctx, id, &key, offset, len, open).await;
                 #[cfg(feature = "tracing")]
-                if tracing::enabled!(tracing::Level::TRACE) {
-                    let peer = socket2::SockRef::from(&wr.socket()).peer_addr().ok();
-                    tracing::trace!(
-                        peer_port = peer.and_then(|a| a.as_socket()).map_or(0, |a| a.port()),
-                        id,
-                        len,
-                        queued = rx.len(),
-                        took_us = began.elapsed().as_micros() as u64,
-                        "served"
-                    );
+                if let Some((peer_port, began)) = traced {
+                    let took_us = began.elapsed().as_micros() as u64;
+                    tracing::trace!(peer_port, id, len, queued = rx.len(), took_us, "served");
                 }
                 let mut p = pending.lock().unwrap_or_else(|e| e.into_inner());
                 p.queued.remove(&id);
@@ -863,6 +852,16 @@ async fn write_responses<S: FragmentStore, W: TcpSink>(
         }
     }
     let _ = wr.shutdown().await;
+}
+
+/// The remote port of a connection (0 once it is gone), for `trace` events.
+#[cfg(feature = "tracing")]
+fn peer_port(fd: BorrowedFd<'_>) -> u16 {
+    socket2::SockRef::from(&fd)
+        .peer_addr()
+        .ok()
+        .and_then(|a| a.as_socket())
+        .map_or(0, |a| a.port())
 }
 
 /// Answers one request on `wr`: the data frames and an `End`, or an `Error` frame.
