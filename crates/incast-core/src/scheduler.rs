@@ -1601,9 +1601,9 @@ impl Scheduler {
         }
         self.server_live[server as usize] += 1;
         if self.timers_on {
-            let due = self
-                .late_after
-                .map_or(now + timeout, |after| (now + timeout).min(now + gate.ahead + after));
+            // The stall timer counts from the issue; the late bound from the expected arrival.
+            let live = self.live(id).expect("just issued");
+            let due = self.late_deadline(live).map_or(now + timeout, |t| t.min(now + timeout));
             self.push_timer(due, id);
         }
         let st = &mut self.stats;
@@ -2500,9 +2500,8 @@ mod tests {
         let start = Instant::now();
         let (mut s, _, _, first) = escalated_within(&[], Some(ESCALATE_WITHIN), start);
         assert!(first - start <= ESCALATE_WITHIN);
-        let mut now = first;
         let second = loop {
-            now = s.poll_timeout().expect("the retry's stall timer");
+            let now = s.poll_timeout().expect("the retry's stall timer");
             s.handle_timeout_gated(now, &lossy);
             let moved = std::iter::from_fn(|| s.poll_action(now))
                 .any(|a| matches!(a, Action::Request(g) if g.kind == GrantKind::Retry));
