@@ -316,7 +316,7 @@ impl Victim {
         let set = ServerSet::start(
             vec![(Some(host), IpAddr::V4(host_addr(VICTIM)))],
             1,
-            0,
+            Vec::new(),
             &self.cc,
             ServerConfig::default(),
         )?;
@@ -355,7 +355,7 @@ pub fn run(spec: &Spec, tb: Arc<Testbed>) -> std::io::Result<(Vec<Row>, Vec<Samp
         .iter()
         .map(|&h| Ok((Some(tb.hosts()[h].try_clone()?), IpAddr::V4(host_addr(h)))))
         .collect::<std::io::Result<Vec<_>>>()?;
-    let main = ServerSet::start(hosts, others.len(), 0, &cc, ServerConfig::default())?;
+    let main = ServerSet::start(hosts, others.len(), Vec::new(), &cc, ServerConfig::default())?;
     let mut addrs: Vec<(ServerId, SocketAddr)> = others
         .iter()
         .zip(main.addrs())

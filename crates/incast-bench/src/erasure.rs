@@ -114,9 +114,14 @@ pub fn run(spec: &Spec, tb: Arc<Testbed>) -> std::io::Result<Vec<Row>> {
         .take(n_max)
         .map(|(h, ns)| Ok((Some(ns.try_clone()?), IpAddr::V4(host_addr(h)))))
         .collect::<std::io::Result<Vec<_>>>()?;
-    let servers = ServerSet::start_with(hosts, n_max, 0, &tb.config().cc, ServerConfig::default(), move |i| {
-        stores[i].clone()
-    })?;
+    let servers = ServerSet::start_with(
+        hosts,
+        n_max,
+        Vec::new(),
+        &tb.config().cc,
+        ServerConfig::default(),
+        move |i| stores[i].clone(),
+    )?;
     let addrs: Vec<(ServerId, SocketAddr)> = servers.addrs().to_vec();
     let spec2 = spec.clone();
     let tb2 = tb.clone();

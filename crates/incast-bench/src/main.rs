@@ -584,8 +584,9 @@ struct Common {
     /// comma-separated. The `blocking` reference client runs at 1 only.
     #[arg(long, value_delimiter = ',', default_value = "1")]
     concurrency: Vec<usize>,
-    /// Long-lived bulk flows from the server hosts to the client through the same port, for
-    /// the whole of every configuration (testbed or loopback).
+    /// Long-lived bulk flows to the client through the same port, for the whole of every
+    /// configuration (testbed or loopback). On the testbed each comes from a host of its own,
+    /// added to the server hosts, so the flows meet the reads only at the client's port.
     #[arg(long, default_value_t = 0)]
     background: usize,
     /// Start the concurrent reads in batches of `--concurrency` that begin together (the
@@ -656,7 +657,7 @@ struct LinkArgs {
     cc: String,
     /// Testbed: server hosts (namespaces, each with its own NIC into the switch); servers
     /// share them round-robin. Default: one per sender of the widest read, at most 64; 512 at
-    /// most.
+    /// most. Each `--background` flow gets a host of its own on top of these.
     #[arg(long)]
     hosts: Option<usize>,
     /// Testbed: rate of each host's NIC, or `off` for no NIC shaper (bursts at infinite rate).
@@ -925,7 +926,9 @@ fn run_sweep(a: &SweepArgs) -> Result<(), CliError> {
         .common
         .spec(a.senders.clone(), a.strategies.clone(), a.link.buffer, &a.link.cc)?;
     let (network, tb_config) = if a.testbed {
-        let config = a.link.testbed(a.senders.iter().copied().max().unwrap_or(1));
+        let mut config = a.link.testbed(a.senders.iter().copied().max().unwrap_or(1));
+        // The bulk senders' own hosts (see `servers`).
+        config.hosts += spec.background;
         if !a.common.quiet {
             eprintln!("building the testbed: {config}");
         }

@@ -1,5 +1,4 @@
-//! Pattern servers spread over the server hosts, and the bulk senders of background traffic,
-//! all in one thread.
+//! Pattern servers spread over the server hosts, and the bulk senders of background traffic.
 //!
 //! One thread with a current-thread runtime hosts every server: on a 2-core machine the
 //! client gets the other core. On the testbed the thread enters each host's namespace in turn
@@ -7,6 +6,19 @@
 //! accepted connections in their listener's), so server `i` listens on host `i % H` and its
 //! responses leave through that host's NIC. What the emulation owes to separate machines is
 //! each host's own queue and line-rate NIC ([`crate::testbed`]); the sending CPU is shared.
+//!
+//! The bulk senders run on hosts and a thread of their own, as the other tenants' machines
+//! would: background flows through the client's port (the issue's "2 bulk flows through the
+//! port") meet the reads there and nowhere else.
+//! - **Their own hosts.** On a host shared with servers, a bulk flow's bytes queued in that
+//!   host's NIC (a deep `tbf`) ahead of the servers' responses, so a read's fragments on
+//!   those hosts waited behind the bulk flow twice, once at the host and once at the port.
+//!   The sweep adds one host per bulk sender to the testbed.
+//! - **Their own thread.** A write runs the whole emulated path inline (veth, bridge, the
+//!   host's qdisc), so on the servers' thread every bulk write held back every server's accept
+//!   and answer for as long as it took (docs/measurements.md, *Sixteenth session*: up to
+//!   2.6 s before the bulk senders yielded, and still one write's time after that). Their
+//!   listeners are opened by the servers' thread, in their hosts' namespaces.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,11 +32,11 @@ use tokio::sync::oneshot;
 use crate::netns::Netns;
 use crate::pattern::PatternStore;
 
-/// Bytes a bulk sender writes per call (64 KiB), after which it yields to the servers
-/// that share its thread. A write runs the whole emulated path inline (veth, bridge, the
-/// host's qdisc): on the testbed a 256 KiB write took 1.4 ms on average, and the bulk
-/// senders, never yielding, kept every server of the thread from accepting or answering for
-/// up to 2.6 s beside a 128 KiB port (traced with `perf trace` and the servers' `trace`
+/// Bytes a bulk sender writes per call (64 KiB), after which it yields to the other bulk
+/// senders of its thread. A write runs the whole emulated path inline (veth, bridge, the
+/// host's qdisc): on the testbed a 256 KiB write took 1.4 ms on average, and when the bulk
+/// senders shared the servers' thread and never yielded, they kept every server from
+/// accepting or answering for up to 2.6 s beside a 128 KiB port (traced with `perf trace` and the servers' `trace`
 /// events; docs/measurements.md, *Sixteenth session*).
 const BULK_WRITE: usize = 64 << 10;
 
@@ -51,9 +63,10 @@ enum Started {
 
 impl ServerSet {
     /// Starts `count` servers (server `i` on host `i % hosts.len()`, ephemeral ports) and
-    /// `bulk` bulk senders (sender `f` on host `f % hosts.len()`) that stream to whoever
-    /// connects until the connection closes, with congestion control `cc`.
-    pub fn start(hosts: Hosts, count: usize, bulk: usize, cc: &str, config: ServerConfig) -> std::io::Result<Self> {
+    /// one bulk sender on each of `bulk` (its own host on the testbed: see the module docs)
+    /// that streams to whoever connects until the connection closes, with congestion
+    /// control `cc`.
+    pub fn start(hosts: Hosts, count: usize, bulk: Hosts, cc: &str, config: ServerConfig) -> std::io::Result<Self> {
         Self::start_with(hosts, count, bulk, cc, config, |_| PatternStore)
     }
 
@@ -61,7 +74,7 @@ impl ServerSet {
     pub fn start_with<S: FragmentStore>(
         hosts: Hosts,
         count: usize,
-        bulk: usize,
+        bulk_hosts: Hosts,
         cc: &str,
         config: ServerConfig,
         store: impl Fn(usize) -> S + Send + 'static,
@@ -69,6 +82,7 @@ impl ServerSet {
         if hosts.is_empty() {
             return Err(std::io::Error::other("no hosts to start servers on"));
         }
+        let bulk = bulk_hosts.len();
         let (addr_tx, addr_rx) = mpsc::channel();
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let cc = cc.to_owned();
@@ -77,14 +91,14 @@ impl ServerSet {
         let body = move || -> std::io::Result<()> {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
             let _ = addr_tx.send(Ok(Started::Runtime(rt.handle().clone())));
-            rt.block_on(async move {
+            let mut bulk_thread = None;
+            rt.block_on(async {
                 let enter = |h: usize| match &hosts[h % hosts.len()].0 {
                     Some(ns) => ns.enter(),
                     None => Ok(()),
                 };
                 let ip = |h: usize| hosts[h % hosts.len()].1;
                 let mut handles = Vec::with_capacity(count);
-                let mut tasks = Vec::with_capacity(bulk);
                 let fail = |e: std::io::Error| {
                     let _ = addr_tx.send(Err(e));
                 };
@@ -107,21 +121,23 @@ impl ServerSet {
                         Err(e) => return fail(e),
                     }
                 }
-                for f in 0..bulk {
-                    let listener = match enter(f).and_then(|()| std::net::TcpListener::bind(SocketAddr::new(ip(f), 0)))
-                    {
-                        Ok(l) => l,
+                // The bulk senders' listeners are opened here, in their hosts' namespaces,
+                // and served by a thread of their own (see the module docs).
+                let mut listeners = Vec::with_capacity(bulk);
+                for (ns, ip) in &bulk_hosts {
+                    let opened = ns
+                        .as_ref()
+                        .map_or(Ok(()), Netns::enter)
+                        .and_then(|()| std::net::TcpListener::bind(SocketAddr::new(*ip, 0)))
+                        .and_then(|l| l.set_nonblocking(true).map(|()| l));
+                    match opened {
+                        Ok(l) => listeners.push(l),
                         Err(e) => return fail(e),
-                    };
-                    let started = listener
-                        .set_nonblocking(true)
-                        .and_then(|()| listener.local_addr())
-                        .and_then(|a| Ok((a, tokio::net::TcpListener::from_std(listener)?)));
-                    match started {
-                        Ok((addr, l)) => {
-                            let _ = addr_tx.send(Ok(Started::Bulk(addr)));
-                            tasks.push(tokio::spawn(bulk_sender(l, cc.clone(), rtos.clone())));
-                        }
+                    }
+                }
+                if !listeners.is_empty() {
+                    match spawn_bulk(listeners, cc.clone(), rtos.clone(), addr_tx.clone()) {
+                        Ok(b) => bulk_thread = Some(b),
                         Err(e) => return fail(e),
                     }
                 }
@@ -129,10 +145,11 @@ impl ServerSet {
                 for h in handles {
                     h.abort();
                 }
-                for t in tasks {
-                    t.abort();
-                }
             });
+            if let Some((stop, thread)) = bulk_thread {
+                let _ = stop.send(());
+                let _ = thread.join();
+            }
             Ok(())
         };
         let thread = std::thread::Builder::new().name("servers".into()).spawn(body)?;
@@ -203,6 +220,51 @@ impl ServerSet {
 /// count after the sweep had read it and was charged to the reads.
 const BULK_RTO_POLL: std::time::Duration = std::time::Duration::from_millis(5);
 
+/// Starts the bulk senders' thread: a current-thread runtime that serves `listeners` (opened
+/// nonblocking in their hosts' namespaces) until `stop` fires, and reports each one's
+/// address, or the error that kept it from starting, on `started`.
+fn spawn_bulk(
+    listeners: Vec<std::net::TcpListener>,
+    cc: String,
+    rtos: Arc<AtomicU64>,
+    started: mpsc::Sender<std::io::Result<Started>>,
+) -> std::io::Result<(oneshot::Sender<()>, JoinHandle<()>)> {
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let body = move || {
+        let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(rt) => rt,
+            Err(e) => {
+                let _ = started.send(Err(e));
+                return;
+            }
+        };
+        rt.block_on(async move {
+            let mut tasks = Vec::with_capacity(listeners.len());
+            for l in listeners {
+                match l
+                    .local_addr()
+                    .and_then(|a| Ok((a, tokio::net::TcpListener::from_std(l)?)))
+                {
+                    Ok((addr, l)) => {
+                        let _ = started.send(Ok(Started::Bulk(addr)));
+                        tasks.push(tokio::spawn(bulk_sender(l, cc.clone(), rtos.clone())));
+                    }
+                    Err(e) => {
+                        let _ = started.send(Err(e));
+                        break;
+                    }
+                }
+            }
+            let _ = stop_rx.await;
+            for t in tasks {
+                t.abort();
+            }
+        });
+    };
+    let thread = std::thread::Builder::new().name("bulk".into()).spawn(body)?;
+    Ok((stop_tx, thread))
+}
+
 /// Streams a constant buffer to every connection until it closes, and adds the kernel RTOs
 /// of its sockets (`tcpi_total_rto`) to `rtos`, at least every [`BULK_RTO_POLL`].
 async fn bulk_sender(listener: tokio::net::TcpListener, cc: String, rtos: Arc<AtomicU64>) {
@@ -241,8 +303,8 @@ async fn bulk_sender(listener: tokio::net::TcpListener, cc: String, rtos: Arc<At
                             break;
                         }
                         match sock.try_write(&data) {
-                            // Take turns with the servers on this thread: neither `writable`
-                            // nor `try_write` spends tokio's cooperative budget, and a socket
+                            // Take turns with the other bulk senders: neither `writable` nor
+                            // `try_write` spends tokio's cooperative budget, and a socket
                             // whose bytes leave at once (its qdisc takes them) stays writable,
                             // so this loop held the thread for up to 2.6 s (see BULK_WRITE).
                             Ok(_) => tokio::task::yield_now().await,

@@ -352,11 +352,39 @@ pub fn run(spec: SweepSpec, network: Network) -> Result<SweepResult, SweepError>
             _ => Ok(vec![(None, IpAddr::V4(Ipv4Addr::LOCALHOST))]),
         }
     };
-    let start = || ServerSet::start(hosts()?, pool, spec.background, &spec.cc, server_config.clone());
+    // On the testbed the last `background` hosts are the bulk senders' own (see
+    // `crate::servers`); elsewhere every bulk sender shares the servers' one host.
+    let split = || -> std::io::Result<(crate::servers::Hosts, crate::servers::Hosts)> {
+        let mut servers = hosts()?;
+        let bulk = match &network {
+            Network::Testbed(_) => {
+                let keep = servers
+                    .len()
+                    .checked_sub(spec.background)
+                    .filter(|&k| k > 0)
+                    .ok_or_else(|| {
+                        std::io::Error::other(format!(
+                        "the testbed has {} hosts: too few for {} bulk senders on hosts of their own and a server host",
+                        servers.len(),
+                        spec.background
+                    ))
+                    })?;
+                servers.split_off(keep)
+            }
+            _ => (0..spec.background)
+                .map(|_| Ok((None, IpAddr::V4(Ipv4Addr::LOCALHOST))))
+                .collect::<std::io::Result<_>>()?,
+        };
+        Ok((servers, bulk))
+    };
+    let start = || {
+        let (servers, bulk) = split()?;
+        ServerSet::start(servers, pool, bulk, &spec.cc, server_config.clone())
+    };
     // The TLS servers (no bulk flows of their own) and the client's TLS settings.
     let tls = match tls {
         Some((config, client)) => {
-            let set = ServerSet::start(hosts()?, pool, 0, &spec.cc, config)?;
+            let set = ServerSet::start(split()?.0, pool, Vec::new(), &spec.cc, config)?;
             Some((set, client))
         }
         None => None,
