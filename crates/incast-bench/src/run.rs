@@ -11,9 +11,10 @@
 //! significant digits) that is exported with the result so runs can be merged. Every block
 //! is checked byte by byte against the pattern the servers serve.
 //!
-//! With background flows, `F` bulk TCP flows from the server hosts stream to the client
-//! through the same port for the whole configuration (warm-up included), so reads meet a
-//! standing queue; their goodput during the measured reads is reported beside the reads'.
+//! With background flows, `F` bulk TCP flows stream to the client through the same port for
+//! the whole configuration (warm-up included), each from a host of its own on the testbed (see
+//! [`crate::servers`]), so reads meet a standing queue; their goodput during the measured
+//! reads is reported beside the reads'.
 
 use std::cell::RefCell;
 use std::net::SocketAddr;
