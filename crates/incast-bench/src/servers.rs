@@ -36,8 +36,8 @@ use crate::pattern::PatternStore;
 /// senders of its thread. A write runs the whole emulated path inline (veth, bridge, the
 /// host's qdisc): on the testbed a 256 KiB write took 1.4 ms on average, and when the bulk
 /// senders shared the servers' thread and never yielded, they kept every server from
-/// accepting or answering for up to 2.6 s beside a 128 KiB port (traced with `perf trace` and the servers' `trace`
-/// events; docs/measurements.md, *Sixteenth session*).
+/// accepting or answering for up to 2.6 s beside a 128 KiB port (traced with `perf trace`
+/// and the servers' `trace` events; docs/measurements.md, *Sixteenth session*).
 const BULK_WRITE: usize = 64 << 10;
 
 /// Where servers run: one entry per host, the namespace (`None`: this thread's) and address.
@@ -93,10 +93,7 @@ impl ServerSet {
             let _ = addr_tx.send(Ok(Started::Runtime(rt.handle().clone())));
             let mut bulk_thread = None;
             rt.block_on(async {
-                let enter = |h: usize| match &hosts[h % hosts.len()].0 {
-                    Some(ns) => ns.enter(),
-                    None => Ok(()),
-                };
+                let enter = |h: usize| enter_host(&hosts[h % hosts.len()].0);
                 let ip = |h: usize| hosts[h % hosts.len()].1;
                 let mut handles = Vec::with_capacity(count);
                 let fail = |e: std::io::Error| {
@@ -125,9 +122,7 @@ impl ServerSet {
                 // and served by a thread of their own (see the module docs).
                 let mut listeners = Vec::with_capacity(bulk);
                 for (ns, ip) in &bulk_hosts {
-                    let opened = ns
-                        .as_ref()
-                        .map_or(Ok(()), Netns::enter)
+                    let opened = enter_host(ns)
                         .and_then(|()| std::net::TcpListener::bind(SocketAddr::new(*ip, 0)))
                         .and_then(|l| l.set_nonblocking(true).map(|()| l));
                     match opened {
@@ -219,6 +214,11 @@ impl ServerSet {
 /// retransmission is acknowledged, and counted only after each write, its RTO reached the
 /// count after the sweep had read it and was charged to the reads.
 const BULK_RTO_POLL: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// Enters a host's namespace on this thread (`None`: stays in this thread's).
+fn enter_host(ns: &Option<Netns>) -> std::io::Result<()> {
+    ns.as_ref().map_or(Ok(()), Netns::enter)
+}
 
 /// Starts the bulk senders' thread: a current-thread runtime that serves `listeners` (opened
 /// nonblocking in their hosts' namespaces) until `stop` fires, and reports each one's

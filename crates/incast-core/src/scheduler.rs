@@ -572,11 +572,10 @@ struct Live {
     /// Since when it has been stalled with its hedges denied: the point its first such
     /// stall counted from. Cleared by progress.
     stalled_since: Option<Instant>,
-    /// Without progress for [`Gate::late_after`] past its expected arrival: its remaining
-    /// bytes are in [`Scheduler::late_bytes`]. Cleared by progress.
-    late: bool,
-    /// When it last became late: a first byte after that is a repaired loss, and its RTT
-    /// sample is clamped to this point (see "Late grants leave the budget").
+    /// Since when it has been late, without progress for [`Gate::late_after`] past its
+    /// expected arrival: its remaining bytes are in [`Scheduler::late_bytes`], and a first
+    /// byte after that point is a repaired loss whose RTT sample is clamped to it (see "Late
+    /// grants leave the budget"). Cleared by progress.
     late_at: Option<Instant>,
 }
 
@@ -909,7 +908,6 @@ impl Scheduler {
             if deadline > now {
                 if self.late_deadline(live).is_some_and(|t| t <= now) {
                     let live = self.slots[id.slot()].live.as_mut().expect("live");
-                    live.late = true;
                     live.late_at = Some(now);
                     self.late_bytes += live.len - live.received;
                     self.stats.late_grants += 1;
@@ -963,14 +961,14 @@ impl Scheduler {
             live.unmarked += n;
             let f = live.frag as usize;
             self.outstanding -= n;
-            if live.late {
+            if live.late_at.is_some() {
                 self.late_bytes -= n;
             }
             if live.unmarked >= MIN_PROGRESS_BYTES || live.received == live.len {
                 live.unmarked = 0;
                 live.last_progress = now;
                 live.stalled_since = None;
-                if std::mem::take(&mut live.late) {
+                if live.late_at.take().is_some() {
                     self.late_bytes -= live.len - live.received;
                 }
                 self.conn_progress[c] = Some(now);
@@ -1232,7 +1230,7 @@ impl Scheduler {
             let Some(l) = &slot.live else { continue };
             live += 1;
             outstanding += l.len - l.received;
-            if l.late {
+            if l.late_at.is_some() {
                 late += l.len - l.received;
             }
             per_server[l.server as usize] += 1;
@@ -1589,7 +1587,6 @@ impl Scheduler {
             expected: now + gate.ahead,
             replaces,
             stalled_since: None,
-            late: false,
             late_at: None,
         });
         self.conn_live[conn_index(server, lane)] += 1;
@@ -1655,7 +1652,7 @@ impl Scheduler {
     /// under the receiver's last gate).
     fn late_deadline(&self, live: &Live) -> Option<Instant> {
         match self.late_after {
-            Some(after) if !live.late => Some(self.progress_base(live) + after),
+            Some(after) if live.late_at.is_none() => Some(self.progress_base(live) + after),
             _ => None,
         }
     }
@@ -1678,7 +1675,7 @@ impl Scheduler {
         self.free_slots.push(id.slot() as u32);
         self.frags[live.frag as usize].live -= 1;
         self.outstanding -= live.len - live.received;
-        if live.late {
+        if live.late_at.is_some() {
             self.late_bytes -= live.len - live.received;
         }
         self.live_grants -= 1;
