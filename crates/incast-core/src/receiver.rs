@@ -1478,6 +1478,11 @@ impl Receiver {
     pub fn block_len(&self, read: ReadKey) -> Option<u64> {
         self.read(read).map(|r| r.block_len)
     }
+    /// Bytes of read `read` confirmed so far ([`Scheduler::completed_bytes`]; `None`: not a
+    /// live read).
+    pub fn completed_bytes(&self, read: ReadKey) -> Option<u64> {
+        self.read(read).map(|r| r.sched.completed_bytes())
+    }
     /// Bytes of fragment `fragment` of read `read` confirmed so far
     /// ([`Scheduler::fragment_confirmed`]; `None`: not a live read, or no such fragment).
     pub fn fragment_confirmed(&self, read: ReadKey, fragment: usize) -> Option<u64> {

@@ -474,6 +474,20 @@ impl ReadSched {
         }
     }
 
+    /// Bytes confirmed so far and the block's length (as far as it is known).
+    pub(crate) fn progress(&self) -> (u64, u64) {
+        match self {
+            ReadSched::Own(s) => (s.completed_bytes(), s.block_len()),
+            ReadSched::Shared(s) => {
+                let g = s.port.lock();
+                (
+                    g.rx.completed_bytes(s.key).unwrap_or(0),
+                    g.rx.block_len(s.key).unwrap_or(0),
+                )
+            }
+        }
+    }
+
     pub(crate) fn error(&self) -> Option<ReadError> {
         match self {
             ReadSched::Own(s) => s.error().cloned(),

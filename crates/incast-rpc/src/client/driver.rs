@@ -357,7 +357,13 @@ impl<'a> Driver<'a> {
                     waiting_on.extend(self.pending.iter().filter(|(_, g)| !g.is_empty()).map(|((s, _), _)| *s));
                     waiting_on.sort_unstable();
                     waiting_on.dedup();
-                    return Err(FanInError::Timeout { after: self.client.config.read_timeout, waiting_on });
+                    let (received, block_len) = self.sched.progress();
+                    return Err(FanInError::Timeout {
+                        after: self.client.config.read_timeout,
+                        waiting_on,
+                        received,
+                        block_len,
+                    });
                 }
             }
             if let Some(e) = self.fatal.take() {

@@ -70,13 +70,22 @@ pub enum FanInError {
         /// Index of the fragment it held.
         fragment: usize,
     },
-    /// The read passed its deadline.
-    #[error("read timed out after {after:?}, still waiting on {}", list(waiting_on))]
+    /// The read passed its deadline. With no server in `waiting_on` the read had no request
+    /// out at the deadline: it was waiting for admission (other reads of the client held the
+    /// port's budget, shortest first), for a connection, or between grants.
+    #[error(
+        "read timed out after {after:?} with {received} of {block_len} bytes confirmed, {}",
+        waiting(waiting_on)
+    )]
     Timeout {
         /// The deadline.
         after: Duration,
-        /// Servers with requests outstanding at the deadline.
+        /// Servers with requests outstanding (or waiting for a connection) at the deadline.
         waiting_on: Vec<ServerId>,
+        /// Bytes of the block confirmed by the deadline (none of them is handed out).
+        received: u64,
+        /// The block's length, as far as it was known at the deadline.
+        block_len: u64,
     },
     /// The high-resolution timer could not be created or armed.
     #[error("timer: {0}")]
@@ -96,6 +105,14 @@ pub enum FanInError {
 
 fn list(servers: &[ServerId]) -> String {
     servers.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+}
+
+fn waiting(servers: &[ServerId]) -> String {
+    if servers.is_empty() {
+        "no request outstanding (the read was waiting for admission)".to_owned()
+    } else {
+        format!("still waiting on {}", list(servers))
+    }
 }
 
 /// What happened to one fragment.
@@ -253,5 +270,29 @@ impl Counters {
             retransmits: get(&self.retransmits),
             quic_loss_events: get(&self.quic_loss_events),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_timeout_says_how_far_the_read_got_and_what_it_waited_for() {
+        let t = |waiting_on: Vec<ServerId>| FanInError::Timeout {
+            after: Duration::from_secs(30),
+            waiting_on,
+            received: 4096,
+            block_len: 1 << 20,
+        };
+        assert_eq!(
+            t(vec![ServerId(2), ServerId(5)]).to_string(),
+            "read timed out after 30s with 4096 of 1048576 bytes confirmed, still waiting on server 2, server 5"
+        );
+        assert_eq!(
+            t(vec![]).to_string(),
+            "read timed out after 30s with 4096 of 1048576 bytes confirmed, no request outstanding \
+             (the read was waiting for admission)"
+        );
     }
 }
