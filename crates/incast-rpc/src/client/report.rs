@@ -71,8 +71,8 @@ pub enum FanInError {
         fragment: usize,
     },
     /// The read passed its deadline. With no server in `waiting_on` the read had no request
-    /// out at the deadline: it was waiting for admission (other reads of the client held the
-    /// port's budget, shortest first), for a connection, or between grants.
+    /// out and no connection pending at the deadline: it was waiting for admission (other
+    /// reads of the client held the port's budget, shortest first) or between grants.
     #[error(
         "read timed out after {after:?} with {received} of {block_len} bytes confirmed, {}",
         waiting(waiting_on)
@@ -103,16 +103,12 @@ pub enum FanInError {
     Tls(#[from] crate::tls::TlsFailure),
 }
 
-fn list(servers: &[ServerId]) -> String {
-    servers.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
-}
-
 fn waiting(servers: &[ServerId]) -> String {
     if servers.is_empty() {
-        "no request outstanding (the read was waiting for admission)".to_owned()
-    } else {
-        format!("still waiting on {}", list(servers))
+        return "no request outstanding (the read was waiting for admission)".to_owned();
     }
+    let list = servers.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
+    format!("still waiting on {list}")
 }
 
 /// What happened to one fragment.
