@@ -269,13 +269,13 @@
 //! **Why not only near the floor.** The floor stands for the smallest budget, but the
 //! argument holds for any budget. Beside 2 bulk flows through a 64 KiB port, two rows at
 //! 0.14 and 0.16 of the line rate kept budgets of 23.5-51.7 KB, over twice the floor,
-//! with first-byte delays of 2.3 ms on average where the port queues 524 us (the rest
-//! waits in the servers' sockets): the budget, capped at twice the bandwidth-delay product
-//! plus the target (57 KB at 1 Gbit/s), never came near the floor, the receiver did not
-//! compete, and the reads got that budget per round trip. Counting such samples too (docs/measurements.md, *Nineteenth session*; one binary,
-//! alternated, 8 rows per run): means of 51.9 and 52.2% of the line rate with every row at
-//! 1/3 or more, against 36.3-46.5% with 2-4 rows under 1/3 in five runs of the floor
-//! alone. Only while the reads take under [`OWN_QUEUE_SHARE`] of the port: without that
+//! with first-byte delays of 2.3 ms on average where the port alone queues 524 us: the
+//! budget, capped at twice the bandwidth-delay product plus the target (57 KB at
+//! 1 Gbit/s), never came near the floor, the receiver did not compete, and the reads got
+//! that budget per round trip. Counting such samples too (docs/measurements.md,
+//! *Nineteenth session*; one binary, alternated, 8 rows per run): means of 51.9 and 52.2%
+//! of the line rate with every row at 1/3 or more, against 36.3-46.5% with 2-4 rows under
+//! 1/3 in five runs of the floor alone. Only while the reads take under [`OWN_QUEUE_SHARE`] of the port: without that
 //! condition, 16 reads of 1024 x 4 KiB without bulk flows (the 2-core host's scheduling
 //! delays their first bytes by milliseconds) competed, their budget grew to 453 KB on its
 //! own delays and the row read 0.95 of the line rate against 0.97.
