@@ -129,22 +129,9 @@
 //! steady) kept it at the edge: hundreds of loss decreases per configuration, 55-97% of the
 //! line rate and up to 115 kernel RTOs (docs/measurements.md, *Other port buffers*). So the
 //! receiver learns the target from the loss: at a loss decrease, while the queue is its own, the
-//! target becomes [`LOSS_TARGET_SHARE`] of the largest queueing delay seen since it was last
-//! learnt, the queue at which the buffer overflowed (about its size over its rate), never
-//! under [`MIN_TARGET_DELAY`] nor over the configured target. Only a peak of
-//! [`MIN_PEAK_SAMPLES`] samples or more teaches it; a decrease with fewer leaves the target
-//! as it is and the peak gathering. (Taken from the samples since the previous decrease
-//! alone, beside bulk flows, where a decrease comes every round trip or two, the peak was
-//! often one or two samples: the target fell to its floor and held a whole row's budget at
-//! 16 KiB, 0.31 of the line rate; with 8 samples the 1 Gbit/s grid beside 2 bulk flows
-//! read 54.7% and 54.3% against 45.5% and 48.2% in alternated runs, docs/measurements.md,
-//! *Eighteenth session*. It was reverted that day because behind a 64 KiB port it left 3-4
-//! rows of 8 under 1/3: a lower target had taken those rows' budgets toward the floor,
-//! where competing began. Since competing also begins on a queue longer than the whole
-//! budget (see "A deep queue of other traffic"), it is back: in alternated runs of the
-//! nineteenth session, 1 Gbit/s 55.2% and 52.7% against 49.0% and 50.0%, the 64 KiB port
-//! 52.0% and 52.7% against 49.9% and 54.3%, every row at 1/3 or more in all eight.) The
-//! learnt target
+//! target becomes [`LOSS_TARGET_SHARE`] of the largest queueing delay seen since the
+//! previous loss decrease, the queue at which the buffer overflowed (about its size over its
+//! rate), never under [`MIN_TARGET_DELAY`] nor over the configured target. The learnt target
 //! holds growth and bounds the budget's cap (the bandwidth-delay product plus the target
 //! queue), not the severe-delay decrease; it lapses [`BASE_RTT_WINDOW`] after the loss that
 //! set it, so a path whose buffer grew is probed again. This is Swift's target delay with
@@ -463,18 +450,10 @@ pub const MIN_GRANTS_PER_BUDGET: u64 = 2;
 /// retransmit's duplicate ACKs).
 pub const MIN_CHUNK: u64 = 4 * 1024;
 /// After a loss, the target delay becomes this share (1/2) of the largest queueing delay
-/// the port's own grants built since it was last learnt (over at least
-/// [`MIN_PEAK_SAMPLES`] samples): the queue at which the port's
+/// the port's own grants built since the previous loss decrease: the queue at which the port's
 /// buffer overflowed, about its size over its rate. See "A buffer shallower than the target"
 /// in the module docs.
 pub const LOSS_TARGET_SHARE: f64 = 0.5;
-/// A loss decrease learns a target only from a peak of at least this many delay samples
-/// (8) of the receiver's own queue; with fewer it learns nothing and the peak keeps
-/// gathering across decreases. With a loss decrease every round trip or two (beside bulk
-/// flows) a peak was often one or two samples, the target fell to its 50 us floor, and the
-/// bandwidth-delay cap it bounds held a whole row's budget at 16 KiB (see "A buffer
-/// shallower than the target" in the module docs).
-pub const MIN_PEAK_SAMPLES: u32 = 8;
 /// The learnt target never goes under this (50 us: the scheduling noise of first-byte
 /// times on a loaded 2-core host is of this order, and a target under the noise would hold
 /// growth on every sample).
@@ -1002,11 +981,8 @@ pub struct Receiver {
     late: u64,
     /// DCTCP's alpha: the smoothed share of responses that saw loss.
     alpha: f64,
-    /// The largest queueing delay of the receiver's own queue since the target was last
-    /// learnt (or since the last loss decrease that found enough samples).
+    /// The largest queueing delay of the receiver's own queue since the last loss decrease.
     peak_delay: Duration,
-    /// Delay samples behind `peak_delay`.
-    peak_samples: u32,
     /// The target learnt at the last loss, and when ([`LOSS_TARGET_SHARE`]); it lapses
     /// after [`BASE_RTT_WINDOW`].
     learnt_target: Option<(Duration, Instant)>,
@@ -1046,7 +1022,6 @@ impl Receiver {
             late: 0,
             alpha: 1.0,
             peak_delay: Duration::ZERO,
-            peak_samples: 0,
             learnt_target: None,
             loss_ceiling: None,
             ends: 0,
@@ -1429,9 +1404,9 @@ impl Receiver {
     }
 
     /// A decrease on loss: when the queue is the receiver's own, the target delay becomes
-    /// [`LOSS_TARGET_SHARE`] of the largest queueing delay since it was last learnt (the
+    /// [`LOSS_TARGET_SHARE`] of the largest queueing delay since the previous one (the
     /// queue at which the buffer overflowed), never under [`MIN_TARGET_DELAY`] nor over the
-    /// configured target, if at least [`MIN_PEAK_SAMPLES`] samples are behind that peak.
+    /// configured target.
     ///
     /// It also sets the budget's ceiling to [`LOSS_CEILING_SHARE`] of the budget that lost
     /// (and cuts the budget to it), when `reported` (a server reported the loss) and the
@@ -1446,13 +1421,7 @@ impl Receiver {
             return;
         }
         self.stats.loss_decreases += 1;
-        // A peak of fewer samples is no buffer's size: keep gathering (see MIN_PEAK_SAMPLES).
-        let peak = if self.peak_samples < MIN_PEAK_SAMPLES {
-            Duration::ZERO
-        } else {
-            self.peak_samples = 0;
-            std::mem::take(&mut self.peak_delay)
-        };
+        let peak = std::mem::take(&mut self.peak_delay);
         if !self.queue_is_ours() {
             return;
         }
@@ -1914,7 +1883,6 @@ impl Receiver {
             return;
         }
         self.peak_delay = self.peak_delay.max(delay);
-        self.peak_samples = self.peak_samples.saturating_add(1);
         if delay <= target {
             return;
         }
@@ -2393,10 +2361,10 @@ mod tests {
         let t = Instant::now();
         let (mut rx, k, gs) = one_grant_per_server(t);
         let us = Duration::from_micros;
-        // Base RTT 50 us, then first bytes 120 us above it: under the target, no hold.
-        let (t, gs) = sample_peak(&mut rx, t, gs, us(50), us(170));
+        // Base RTT 50 us, then a first byte 120 us above it: under the target, no hold.
+        rx.on_bytes(t + us(50), k, gs[0].1.id, 1).unwrap();
+        rx.on_bytes(t + us(170), k, gs[1].1.id, 1).unwrap();
         assert_eq!((rx.stats().delay_holds, rx.stats().learnt_target), (0, None));
-        assert!(gs.len() >= 4, "{gs:?}");
         // The buffer overflows: a response reports retransmits; a round trip later the loss
         // window closes and the budget shrinks.
         let lossy = t + us(400);
@@ -2416,44 +2384,6 @@ mod tests {
         let lapsed = lossy + BASE_RTT_WINDOW + Duration::from_millis(3);
         rx.on_bytes(lapsed, k, gs[3].1.id, 1).unwrap();
         assert_eq!(rx.target(lapsed), DEFAULT_TARGET_DELAY);
-    }
-
-    /// Gives [`MIN_PEAK_SAMPLES`] first-byte samples from grants issued on idle connections,
-    /// starting with the grants `gs` issued at `t`: the first after `base`, the rest after
-    /// `rtt`, each grant completed at its first byte. Returns the time of the last, and the
-    /// grants issued and not sampled.
-    fn sample_peak(
-        rx: &mut Receiver,
-        t: Instant,
-        gs: Vec<(ReadKey, crate::Grant)>,
-        base: Duration,
-        rtt: Duration,
-    ) -> (Instant, Vec<(ReadKey, crate::Grant)>) {
-        let mut issued: std::collections::VecDeque<_> = gs.into_iter().map(|(k, g)| (t, k, g)).collect();
-        let mut now = t;
-        for i in 0..MIN_PEAK_SAMPLES {
-            let (at, k, g) = issued.pop_front().expect("a grant to sample");
-            now = now.max(at + if i == 0 { base } else { rtt });
-            finish(rx, now, k, &g);
-            issued.extend(requests(rx, now).into_iter().map(|(k, g)| (now, k, g)));
-        }
-        (now, issued.into_iter().map(|(_, k, g)| (k, g)).collect())
-    }
-
-    #[test]
-    fn a_loss_after_too_few_samples_teaches_no_target() {
-        let t = Instant::now();
-        let (mut rx, k, gs) = one_grant_per_server(t);
-        let us = Duration::from_micros;
-        // Two samples: the base RTT and one 120 us above it.
-        rx.on_bytes(t + us(50), k, gs[0].1.id, 1).unwrap();
-        rx.on_bytes(t + us(170), k, gs[1].1.id, 1).unwrap();
-        let lossy = t + us(400);
-        rx.on_loss(lossy, 3, 0);
-        rx.on_loss(lossy + Duration::from_millis(1), 0, 0);
-        assert_eq!(rx.stats().loss_decreases, 1);
-        assert_eq!(rx.stats().learnt_target, None, "two samples are no buffer's size");
-        assert_eq!(rx.target(lossy + Duration::from_millis(1)), DEFAULT_TARGET_DELAY);
     }
 
     /// Completes every grant the receiver has to issue, `rounds` times over, round `i` at
