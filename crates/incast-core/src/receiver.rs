@@ -299,11 +299,18 @@
 //! [`LOSSY_PORT_WINDOW`], such a grant also moves once it has gone
 //! [`crate::scheduler::ESCALATE_WITHIN`] (100 ms) without progress. Only then: a grant on a
 //! port without loss may be waiting for a slow server, and one moved every 100 ms would never
-//! complete on a server that takes longer to answer. And once per fragment until it makes
-//! progress again: a grant moved and again without a byte is queued, not lost (beside bulk
-//! flows through a 128 KiB port one row moved 224 grants and read 5% of the line rate).
-//! Measured beside 2 bulk flows (three alternated runs each of 8 rows, before the two
-//! limits): 1 host RTO against 14.
+//! complete on a server that takes longer to answer. And at most
+//! [`crate::scheduler::MAX_TIMED_MOVES`] (3) times per fragment until it makes progress
+//! again, for the same reason. Measured beside 2 bulk flows (three alternated runs each of
+//! 8 rows, before the two limits): 1 host RTO against 14. The limit was once per fragment
+//! until the twentieth session: a grant moved lands on a new connection through the same
+//! lossy port and can lose its own tail, and it then waited for the stall count while its
+//! server's RTO fired (docs/measurements.md, *Twentieth session*).
+//!
+//! A grant moved (or hedged) is cancelled, and the transport resets its connection once
+//! that owes only cancelled responses and has been silent for a while on a lossy port
+//! ([`Receiver::is_lossy`]; `incast-rpc` waits 150 ms): before the server's RTO fires on the
+//! unwanted bytes.
 //!
 //! # Late grants leave the budget
 //!
@@ -1532,6 +1539,14 @@ impl Receiver {
         self.cancels
             .iter()
             .any(|&rk| self.read(rk).is_some_and(|r| r.sched.has_cancels()))
+    }
+
+    /// Whether a server reported loss within [`LOSSY_PORT_WINDOW`] of `now`: stalls on this
+    /// port are then most likely lost tails that only the servers' RTOs would repair (see
+    /// "Stalls on a lossy port" in the module docs). Transports use it to reset a connection
+    /// that owes only cancelled responses before its server's RTO fires.
+    pub fn is_lossy(&self, now: Instant) -> bool {
+        self.lossy_at(now)
     }
     /// The budget now, bytes.
     pub fn budget(&self) -> u64 {
