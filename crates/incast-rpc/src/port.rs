@@ -457,6 +457,15 @@ impl ReadSched {
         }
     }
 
+    /// Whether the port's servers reported loss lately (`Receiver::is_lossy`). A read alone
+    /// does not track reported loss: always false.
+    pub(crate) fn port_is_lossy(&self, now: Instant) -> bool {
+        match self {
+            ReadSched::Own(_) => false,
+            ReadSched::Shared(s) => s.port.lock().rx.is_lossy(now),
+        }
+    }
+
     /// Loss the servers reported: the port's budget reacts (a read alone ignores it: its
     /// policy's adaptation works on stalls and delay).
     pub(crate) fn on_loss(&mut self, now: Instant, retransmits: u64, rtos: u64) {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use incast_core::{Fragment, GrantSize, Hedging, Policy, ReadError, RtoBounds, ServerId, Stripe};
 use incast_rpc::store::{Delayed, MemStore};
-use incast_rpc::wire::{decode, ErrorCode, Frame, Header, Kind, HEADER_LEN};
+use incast_rpc::wire::{decode, ErrorCode, Frame, Header, Kind, TcpCounters, HEADER_LEN};
 use incast_rpc::{serve, Client, ClientConfig, FanInError, ServerConfig, ServerHandle};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -553,6 +553,17 @@ async fn fake_server_per_conn(
     fill: u8,
     bad_crc: bool,
 ) -> std::net::SocketAddr {
+    fake_server_with(delay_of, fill, bad_crc, None).await
+}
+
+/// As [`fake_server_per_conn`], with `counters` in every `End` (a server whose socket
+/// reports retransmissions makes the client's port lossy).
+async fn fake_server_with(
+    delay_of: impl Fn(usize) -> Duration + Send + 'static,
+    fill: u8,
+    bad_crc: bool,
+    counters: Option<TcpCounters>,
+) -> std::net::SocketAddr {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     tokio::spawn(async move {
@@ -579,7 +590,7 @@ async fn fake_server_per_conn(
                             Frame::End {
                                 id,
                                 crc32c,
-                                counters: None,
+                                counters,
                                 cancelled: false,
                             }
                             .encode(&mut out);
@@ -789,6 +800,77 @@ async fn without_hedge_budget_or_replica_a_stalled_grant_moves_to_a_new_connecti
         r.fragments[0].done < Some(Duration::from_secs(2)),
         "the grant waited on its stalled connection: {:?}",
         r.fragments[0]
+    );
+}
+
+/// A server that reads requests and never answers; `closed` gets the time its first
+/// connection was closed or reset by the client.
+async fn silent_server(closed: Arc<std::sync::Mutex<Option<Instant>>>) -> std::net::SocketAddr {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let closed = closed.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                while let Ok(n) = s.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                }
+                closed.lock().unwrap().get_or_insert_with(Instant::now);
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_lossy_port_a_silent_connection_owing_only_cancelled_responses_is_reset() {
+    // Fragment 0's primary never answers; its hedge (about 80 ms in) goes to a replica that
+    // answers after 1 s. Fragment 1's server answers at once and reports retransmissions, so
+    // the port is lossy. The primary's connection owes only the cancelled original from the
+    // hedge on: it is reset 150 ms after its request (QUIET_RESET_AFTER), before a server's
+    // 200 ms RTO could fire. Without that rule it stayed open until the read ended (2.4 s
+    // in a run).
+    let closed = Arc::new(std::sync::Mutex::new(None));
+    let primary = silent_server(closed.clone()).await;
+    let replica = fake_server(Duration::from_secs(1), 0x11).await;
+    let loss = TcpCounters {
+        retransmits: 1,
+        ..TcpCounters::default()
+    };
+    let lossy = fake_server_with(|_| Duration::ZERO, 0x22, false, Some(loss)).await;
+    let client = Client::new([(ServerId(0), primary), (ServerId(1), replica), (ServerId(2), lossy)]);
+    let stripe = Stripe::new(vec![
+        Fragment::new(ServerId(0), "k", 0, 20_000).with_replicas([ServerId(1)]),
+        Fragment::new(ServerId(2), "k", 0, 1_000),
+    ])
+    .unwrap();
+    let policy = Policy::builder()
+        .rto(rto(
+            Duration::from_millis(80),
+            Duration::from_millis(80),
+            Duration::from_secs(1),
+        ))
+        .grant_size(GrantSize::Whole)
+        .hedging(Hedging::AfterRto {
+            budget_fraction: 0.0,
+            min_budget_bytes: 20_000,
+        })
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let out = client.fan_in_read(&stripe, &policy).await.unwrap();
+    assert!(out.block[..20_000].iter().all(|&b| b == 0x11));
+    assert!(out.block[20_000..].iter().all(|&b| b == 0x22));
+    let r = &out.report;
+    assert_eq!(r.fragments[0].server, Some(ServerId(1)), "{r:?}");
+    assert!(r.connections_reset >= 1, "{r:?}");
+    let at = closed.lock().unwrap().map(|t| t - start);
+    assert!(
+        at.is_some_and(|d| d < Duration::from_millis(280)),
+        "the silent primary's connection was closed at {at:?}, not 150 ms after its request"
     );
 }
 

@@ -1,6 +1,7 @@
 //! One read over its sockets (and QUIC streams): the [`Driver`] a `fan_in_read` runs.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
@@ -57,6 +58,12 @@ fn read_some(stream: &TcpStream, tls: &mut Option<Session>, buf: &mut [u8]) -> i
 const SCRATCH: usize = 64 * 1024;
 /// Capacity of a read's channel of stream events (QUIC payload batches and ends).
 const STREAM_EVENTS: usize = 256;
+/// How long a connection that owes only cancelled responses may stay silent, on a port
+/// whose servers report loss, before it is reset (150 ms; see [`Driver::reset_quiet`]).
+/// Under Linux's minimum RTO (200 ms, counted from the last acknowledgement that moved the
+/// server's window, which is no later than the last byte this client read), with 50 ms for
+/// a busy client to notice.
+pub(crate) const QUIET_RESET_AFTER: Duration = Duration::from_millis(150);
 
 /// What a request running as its own task (a QUIC stream) reports to the read's driver.
 #[derive(Debug)]
@@ -158,6 +165,9 @@ pub(super) struct Conn {
     counters: Option<TcpCounters>,
     broken: bool,
     waiting: bool,
+    /// When the connection last made progress: its last bytes read, or the request that
+    /// ended an idle spell (see [`Driver::reset_quiet`]).
+    quiet_since: Instant,
     /// The runtime whose reactor the socket is registered with: the pool hands it only to
     /// reads on that runtime (a socket of a runtime that shut down never becomes ready).
     pub(super) runtime: tokio::runtime::Id,
@@ -220,6 +230,9 @@ pub(super) struct Driver<'a> {
     fatal: Option<FanInError>,
     /// Hedges and retries sent over TCP and not ended yet (see [`Driver::reset_abandoned`]).
     replacements: HashSet<GrantId>,
+    /// Connections left owing only cancelled responses, by when to look at them again (see
+    /// [`Driver::reset_quiet`]).
+    quiet_watch: BinaryHeap<Reverse<(Instant, usize)>>,
 }
 
 /// What a burst of reading on one connection ended with.
@@ -257,6 +270,7 @@ impl<'a> Driver<'a> {
             connecting: FuturesUnordered::new(),
             pending: HashMap::new(),
             replacements: HashSet::new(),
+            quiet_watch: BinaryHeap::new(),
             tuning,
             report: ReadReport {
                 fragments: vec![FragmentReport::default(); stripe.len()],
@@ -295,6 +309,8 @@ impl<'a> Driver<'a> {
             if self.sched.is_finished() {
                 break;
             }
+            self.reset_quiet(Instant::now());
+            let quiet_at = self.quiet_watch.peek().map(|Reverse((t, _))| *t);
             let next = self.sched.poll_timeout().map_err(FanInError::Timer)?;
             if self.sched.port_keeps_time() {
                 // Passed already: handled here, the keeper does not wake a read twice for it.
@@ -342,6 +358,10 @@ impl<'a> Driver<'a> {
                     while self.tasks.try_join_next().is_some() {}
                 }
                 Ok(()) = members.changed() => self.on_membership(),
+                // Only while a connection owes only cancelled responses (rare): the next look.
+                _ = async { tokio::time::sleep_until(quiet_at.expect("guarded").into()).await }, if quiet_at.is_some() => {
+                    self.read_ready();
+                }
                 fired = async { timer.as_mut().expect("guarded").fired().await }, if timer.is_some() => {
                     fired.map_err(FanInError::Timer)?;
                     // Bytes already in a socket are progress: read them before judging stalls,
@@ -461,6 +481,9 @@ impl<'a> Driver<'a> {
                         f.cancelled = Some(id);
                         Frame::Cancel { id: f.req }.encode(&mut c.out);
                         touched.push(i);
+                        if owes_only_cancelled(c) {
+                            self.quiet_watch.push(Reverse((c.quiet_since + QUIET_RESET_AFTER, i)));
+                        }
                     }
                 }
             }
@@ -509,6 +532,9 @@ impl<'a> Driver<'a> {
     /// Writes grant `g`'s request on connection `i` (flushed by the caller).
     fn send_request(&mut self, i: usize, g: &incast_core::Grant) {
         let c = &mut self.conns[i];
+        if c.inflight.is_empty() {
+            c.quiet_since = Instant::now();
+        }
         let req = c.next_req;
         c.next_req += 1;
         let frag = self.stripe.fragment(g.fragment);
@@ -586,6 +612,7 @@ impl<'a> Driver<'a> {
             counters: None,
             broken: false,
             waiting: false,
+            quiet_since: now,
             runtime: self.runtime,
         });
         let i = self.conns.len() - 1;
@@ -992,6 +1019,7 @@ impl<'a> Driver<'a> {
     fn advance(&mut self, i: usize, n: usize) -> Result<(), String> {
         let now = Instant::now();
         let c = &mut self.conns[i];
+        c.quiet_since = now;
         let server = c.server;
         match &mut c.rx {
             Rx::Header { buf, have } => {
@@ -1272,6 +1300,46 @@ impl<'a> Driver<'a> {
                 i,
                 format!("{server} reset: a hedge or retry would queue behind its stalled response"),
             );
+        }
+    }
+
+    /// Resets every watched connection that owes only cancelled responses and has been
+    /// silent for [`QUIET_RESET_AFTER`] while the port's servers report loss.
+    ///
+    /// Why: a cancelled response that stalls is almost always behind a lost segment that
+    /// only the server's RTO will repair, and the two resets above wait for its replacement
+    /// to win (or to be sent to the same connection). On a lossy port the replacement is
+    /// often slow too (beside bulk flows its hedge may be denied, and a grant moved after
+    /// 100 ms can lose its own tail), and the server's RTO fires first. Traced on the testbed
+    /// (500 Mbit/s, 2 bulk flows, 64 x 32 and 256 KiB x 1 read), the reads' host RTOs came
+    /// about 213 ms after the server last sent on their connection, with the client doing
+    /// nothing on it meanwhile. The reset ends the server's socket first, and its unwanted
+    /// retransmissions with it. It pairs with the scheduler's repeated moves
+    /// (`incast_core::scheduler::MAX_TIMED_MOVES`), which cancel such grants after 100 ms:
+    /// beside bulk flows at 500 Mbit/s, the two together left 0-3 host RTOs per 8 rows in
+    /// alternated runs where either alone left 8-25 (docs/measurements.md, *Twentieth
+    /// session*). Only on a lossy port: a slow server's late original is how the port learns
+    /// that its hedges were spurious.
+    fn reset_quiet(&mut self, now: Instant) {
+        while let Some(&Reverse((at, i))) = self.quiet_watch.peek() {
+            if at > now {
+                return;
+            }
+            self.quiet_watch.pop();
+            let c = &self.conns[i];
+            if c.inflight.is_empty() || !owes_only_cancelled(c) {
+                continue;
+            }
+            let due = c.quiet_since + QUIET_RESET_AFTER;
+            if due > now {
+                self.quiet_watch.push(Reverse((due, i)));
+            } else if self.sched.port_is_lossy(now) {
+                let why = format!("{} reset: it owed only cancelled responses and was silent", c.server);
+                self.reset_conn(i, why);
+            } else {
+                // Looked at again later: the port may report loss by then.
+                self.quiet_watch.push(Reverse((now + QUIET_RESET_AFTER, i)));
+            }
         }
     }
 
