@@ -309,7 +309,9 @@ impl<'a> Driver<'a> {
             if self.sched.is_finished() {
                 break;
             }
-            self.reset_quiet(Instant::now());
+            if !self.quiet_watch.is_empty() {
+                self.reset_quiet(Instant::now());
+            }
             let quiet_at = self.quiet_watch.peek().map(|Reverse((t, _))| *t);
             let next = self.sched.poll_timeout().map_err(FanInError::Timer)?;
             if self.sched.port_keeps_time() {
