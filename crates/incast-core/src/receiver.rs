@@ -1288,7 +1288,7 @@ impl Receiver {
         self.refill_hedges(now);
         // On a port whose servers report loss, a stall is most likely a lost tail that only
         // the server's RTO would repair: a grant that cannot be hedged moves before it.
-        let lossy = self.lossy_at(now);
+        let lossy = self.is_lossy(now);
         let gate = Gate {
             hedge_room: self.hedge_tokens,
             timeout_scale: self.timeout_scale,
@@ -1546,7 +1546,7 @@ impl Receiver {
     /// "Stalls on a lossy port" in the module docs). Transports use it to reset a connection
     /// that owes only cancelled responses before its server's RTO fires.
     pub fn is_lossy(&self, now: Instant) -> bool {
-        self.lossy_at(now)
+        self.last_loss_report.is_some_and(|t| now < t + LOSSY_PORT_WINDOW)
     }
     /// The budget now, bytes.
     pub fn budget(&self) -> u64 {
@@ -1723,11 +1723,6 @@ impl Receiver {
             escalate_within: None,
             late_after: self.late_after(),
         }
-    }
-
-    /// Whether a server reported loss within [`LOSSY_PORT_WINDOW`] of `now`.
-    fn lossy_at(&self, now: Instant) -> bool {
-        self.last_loss_report.is_some_and(|t| now < t + LOSSY_PORT_WINDOW)
     }
 
     /// How long a grant may go without progress past its expected arrival before its bytes
