@@ -296,16 +296,22 @@
 //! repairs, the servers' 200 ms RTO fired first: traced with the kernel's tracepoints, the
 //! reads' host RTOs were on such grants, and one read took 625 ms (docs/measurements.md,
 //! *Fifteenth session*). So while a server has reported loss within
-//! [`LOSSY_PORT_WINDOW`], such a grant also moves once it has gone
-//! [`crate::scheduler::ESCALATE_WITHIN`] (100 ms) without progress. Only then: a grant on a
-//! port without loss may be waiting for a slow server, and one moved every 100 ms would never
-//! complete on a server that takes longer to answer. And at most
+//! [`LOSSY_PORT_WINDOW`], such a grant also moves once it has gone without progress for
+//! [`crate::scheduler::ESCALATE_WITHIN_RTTS`] (8) smoothed first-byte times, at least
+//! [`crate::scheduler::MIN_ESCALATE_WITHIN`] (20 ms) and at most
+//! [`crate::scheduler::ESCALATE_WITHIN`] (100 ms): after the server's tail-loss probe had
+//! its chance (about two RTTs plus 8 ms at HZ 250), before its 200 ms RTO. Only then: a
+//! grant on a port without loss may be waiting for a slow server, and one moved every few
+//! round trips would never complete on a server that takes longer to answer. And at most
 //! [`crate::scheduler::MAX_TIMED_MOVES`] (3) times per fragment until it makes progress
 //! again, for the same reason. Measured beside 2 bulk flows (three alternated runs each of
 //! 8 rows, before the two limits): 1 host RTO against 14. The limit was once per fragment
 //! until the twentieth session: a grant moved lands on a new connection through the same
 //! lossy port and can lose its own tail, and it then waited for the stall count while its
-//! server's RTO fired (docs/measurements.md, *Twentieth session*).
+//! server's RTO fired (docs/measurements.md, *Twentieth session*). The bound was a fixed
+//! 100 ms until the twenty-first session; a read of 24 ms then waited 100 ms for each such
+//! fragment, and at 500 Mbit/s beside 2 bulk flows the bound of 8 round trips took the
+//! reads from 36% of the line rate to 43-45% (see [`crate::scheduler::ESCALATE_WITHIN_RTTS`]).
 //!
 //! A grant moved (or hedged) is cancelled, and the transport resets its connection once
 //! that owes only cancelled responses and has been silent for a while on a lossy port
@@ -502,7 +508,7 @@ pub const RATE_INTERVAL: Duration = Duration::from_micros(500);
 pub const PORT_SILENCE: Duration = Duration::from_millis(250);
 /// How long after a server last reported loss the port counts as lossy (1 s): while it
 /// does, a grant without progress whose read has spent its hedge budget moves within
-/// [`crate::scheduler::ESCALATE_WITHIN`] (see "Stalls on a lossy port" in the module docs).
+/// [`crate::scheduler::escalate_within`] (see "Stalls on a lossy port" in the module docs).
 pub const LOSSY_PORT_WINDOW: Duration = Duration::from_secs(1);
 /// A grant without progress for this many smoothed first-byte times past its expected
 /// arrival is late (2), once the queue is not the receiver's own: see "Late grants leave the
@@ -1292,7 +1298,7 @@ impl Receiver {
         let gate = Gate {
             hedge_room: self.hedge_tokens,
             timeout_scale: self.timeout_scale,
-            escalate_within: lossy.then_some(crate::scheduler::ESCALATE_WITHIN),
+            escalate_within: lossy.then(|| crate::scheduler::escalate_within(self.srtt)),
             late_after: self.late_after(),
             ..Gate::OPEN
         };
@@ -2245,10 +2251,21 @@ mod tests {
     }
 
     /// How long after its issue the one grant of a one-server read moves (a retry), on a
-    /// port with no hedge budget whose servers reported loss (`lossy`) or did not.
-    fn time_to_move(lossy: bool) -> Duration {
-        let t = Instant::now();
+    /// port with no hedge budget whose servers reported loss (`lossy`) or did not. With
+    /// `rtt`, a read of another server first measures that first-byte time.
+    fn time_to_move(lossy: bool, rtt: Option<Duration>) -> Duration {
+        let mut t = Instant::now();
         let mut rx = Receiver::new(ReceiverConfig::builder().hedge_burst(0).build().unwrap());
+        if let Some(rtt) = rtt {
+            let warm = Stripe::new(vec![crate::Fragment::new(ServerId(1), "w", 0, 1_000)]).unwrap();
+            let w = rx.start_read(t, &warm, &Policy::default(), 1, ReadOptions::default());
+            let gs = requests(&mut rx, t);
+            assert_eq!(gs.len(), 1);
+            t += rtt;
+            finish(&mut rx, t, w, &gs[0].1);
+            rx.finish_read(w);
+            assert_eq!(rx.stats().base_rtt, Some(rtt));
+        }
         if lossy {
             rx.on_loss(t, 1, 0);
         }
@@ -2269,12 +2286,33 @@ mod tests {
 
     #[test]
     fn on_a_port_that_reports_loss_a_grant_without_hedges_moves_before_the_servers_rto() {
-        // With loss reported, within ESCALATE_WITHIN; without, after six backed-off stalls,
-        // past the kernel's 200 ms RTO (a slow server is not taken for a lost tail).
-        let lossy = time_to_move(true);
-        assert!(lossy <= crate::scheduler::ESCALATE_WITHIN, "{lossy:?}");
-        let clean = time_to_move(false);
+        // With loss reported, within the time bound (MIN_ESCALATE_WITHIN before any RTT is
+        // measured); without, after six backed-off stalls, past the kernel's 200 ms RTO (a
+        // slow server is not taken for a lost tail).
+        let lossy = time_to_move(true, None);
+        assert!(lossy <= crate::scheduler::MIN_ESCALATE_WITHIN, "{lossy:?}");
+        let clean = time_to_move(false, None);
         assert!(clean > Duration::from_millis(200), "{clean:?}");
+    }
+
+    #[test]
+    fn on_a_lossy_port_the_time_bound_follows_the_round_trip() {
+        use crate::scheduler::{ESCALATE_WITHIN, ESCALATE_WITHIN_RTTS, MIN_ESCALATE_WITHIN};
+        // A short round trip: the floor (not 8 x 500 us), so the server's tail-loss probe
+        // comes first.
+        let short = time_to_move(true, Some(Duration::from_micros(500)));
+        let floor = MIN_ESCALATE_WITHIN - Duration::from_millis(1)..=MIN_ESCALATE_WITHIN;
+        assert!(floor.contains(&short), "{short:?}");
+        // A 5 ms round trip (100 Mbit/s beside bulk flows): eight of them, not the floor.
+        let rtt = Duration::from_millis(5);
+        let mid = time_to_move(true, Some(rtt));
+        assert!(
+            mid > MIN_ESCALATE_WITHIN && mid <= rtt * ESCALATE_WITHIN_RTTS,
+            "{mid:?}"
+        );
+        // A long round trip: the upper bound, before the server's 200 ms RTO.
+        let long = time_to_move(true, Some(Duration::from_millis(15)));
+        assert!(long > rtt * ESCALATE_WITHIN_RTTS && long <= ESCALATE_WITHIN, "{long:?}");
     }
 
     #[test]

@@ -48,8 +48,8 @@
 //!   range, first in line, on the spare connection of the same server or on a replica. The
 //!   replacement takes over the budget the stalled grant held, so hedges draw from B like
 //!   everything else, and their bytes are charged to the hedge budget; when that is spent the
-//!   grant waits, with exponential backoff, and after [`ESCALATE_AFTER_STALLS`] stalls (or
-//!   [`ESCALATE_WITHIN`] without progress, whichever comes first) it is
+//!   grant waits, with exponential backoff, and after [`ESCALATE_AFTER_STALLS`] stalls (or,
+//!   on a lossy port, [`escalate_within`] without progress, whichever comes first) it is
 //!   moved (cancelled and re-requested, no hedge budget spent) to a replica, or without one
 //!   to the server's other connection, so it never waits on the server kernel's own
 //!   backed-off RTO. Racing the stalled request instead would
@@ -380,7 +380,7 @@ pub struct SchedulerStats {
     pub hedges_spurious: u64,
     /// Stalled grants moved (to a replica, or to the other connection of the same server)
     /// because the hedge budget was spent and they stayed stalled for
-    /// [`ESCALATE_AFTER_STALLS`] timeouts or [`ESCALATE_WITHIN`].
+    /// [`ESCALATE_AFTER_STALLS`] timeouts or, on a lossy port, [`escalate_within`].
     pub escalations: u64,
     /// Grants that went without progress for a client-wide receiver's late bound past their
     /// expected arrival, so the port stopped counting their bytes until they progressed (see
@@ -428,7 +428,51 @@ pub const MAX_TIMED_MOVES: u8 = 3;
 /// grant moved every 100 ms never completes on a server that takes longer than that to
 /// answer (a client-wide receiver sets it, see `Gate::escalate_within`; a read scheduled
 /// alone counts stalls only).
+///
+/// It is the bound's upper end: a client-wide receiver that has measured the path moves such
+/// a grant after [`ESCALATE_WITHIN_RTTS`] smoothed first-byte times, at least
+/// [`MIN_ESCALATE_WITHIN`] (see [`escalate_within`]).
 pub const ESCALATE_WITHIN: Duration = Duration::from_millis(100);
+
+/// Smoothed first-byte times (8) a grant waits without progress on a lossy port, with the
+/// hedge budget spent, before it is moved, within [`MIN_ESCALATE_WITHIN`] and
+/// [`ESCALATE_WITHIN`] (see [`escalate_within`]).
+///
+/// Why not always [`ESCALATE_WITHIN`]: 100 ms is long next to the reads it holds up. Beside
+/// 2 bulk flows at 500 Mbit/s on the testbed (one read of 16 x 32 KiB at a time, median
+/// read 24 ms) the slowest reads took 111-170 ms, each behind one fragment that waited
+/// about 100 ms without progress after its read had spent its hedge budget (traced with
+/// `INCAST_LOG=trace`). The server's TCP repairs a lost tail with a tail-loss probe after
+/// about two smoothed RTTs (plus two jiffies, 8 ms at HZ 250); a grant still without
+/// progress several round trips later waits for the RTO. Measured with the bound at
+/// 8 round trips (docs/measurements.md, *Twenty-first session*; 8 rows per run, alternated
+/// runs): 500 Mbit/s 42.6% and 44.7% of the line rate against 36.1-36.7%, `bbr` bulk flows
+/// 45.0% against 40.5%, and within the runs' spread at 100 Mbit/s, 1 Gbit/s and behind
+/// 128 and 16 KiB ports.
+pub const ESCALATE_WITHIN_RTTS: u32 = 8;
+
+/// The shortest time bound on a lossy port (20 ms): longer than the servers' tail-loss
+/// probe beside a few milliseconds of queue (two RTTs plus 8 ms at HZ 250), so a probe
+/// that repairs the tail comes first; and the move counts against [`MAX_TIMED_MOVES`].
+pub const MIN_ESCALATE_WITHIN: Duration = Duration::from_millis(20);
+
+/// The time bound on a lossy port for a path whose smoothed first-byte time is `srtt`:
+/// [`ESCALATE_WITHIN_RTTS`] times it, within [`MIN_ESCALATE_WITHIN`] and
+/// [`ESCALATE_WITHIN`]; [`MIN_ESCALATE_WITHIN`] before any is measured.
+///
+/// ```
+/// # use std::time::Duration;
+/// use incast_core::scheduler::{escalate_within, ESCALATE_WITHIN, MIN_ESCALATE_WITHIN};
+/// assert_eq!(escalate_within(None), MIN_ESCALATE_WITHIN);
+/// assert_eq!(escalate_within(Some(Duration::from_millis(5))), Duration::from_millis(40));
+/// assert_eq!(escalate_within(Some(Duration::from_secs(1))), ESCALATE_WITHIN);
+/// ```
+pub fn escalate_within(srtt: Option<Duration>) -> Duration {
+    srtt.map_or(MIN_ESCALATE_WITHIN, |s| {
+        s.saturating_mul(ESCALATE_WITHIN_RTTS)
+            .clamp(MIN_ESCALATE_WITHIN, ESCALATE_WITHIN)
+    })
+}
 
 /// What a client-wide receiver lets one read issue now (see [`crate::receiver`]). The
 /// scheduler's own limits apply as well; [`Gate::OPEN`] adds none.
@@ -455,7 +499,7 @@ pub(crate) struct Gate {
     /// hedges.
     pub timeout_scale: u32,
     /// With the hedge budget spent, how long a grant may go without progress before it is
-    /// moved ([`ESCALATE_WITHIN`] on a port whose servers report loss); `None`: only
+    /// moved ([`escalate_within`] on a port whose servers report loss); `None`: only
     /// [`ESCALATE_AFTER_STALLS`] counts.
     pub escalate_within: Option<Duration>,
     /// How long a grant may go without progress past its expected arrival before it counts
@@ -1710,7 +1754,7 @@ impl Scheduler {
         self.adapt_on_stall(now);
         let live = self.live(id).expect("stalled grant is live");
         let (f, len) = (live.frag as usize, live.len);
-        // Where the first stall with hedges denied counted from (see ESCALATE_WITHIN).
+        // Where the first stall with hedges denied counted from (see `escalate_within`).
         let since = live.stalled_since.unwrap_or_else(|| {
             let deadline = self.stall_deadline(live);
             deadline.checked_sub(live.timeout).unwrap_or(deadline)
