@@ -446,9 +446,9 @@ pub const ESCALATE_WITHIN: Duration = Duration::from_millis(100);
 /// about two smoothed RTTs (plus two jiffies, 8 ms at HZ 250); a grant still without
 /// progress several round trips later waits for the RTO. Measured with the bound at
 /// 8 round trips (docs/measurements.md, *Twenty-first session*; 8 rows per run, alternated
-/// runs): 500 Mbit/s 42.6% and 44.7% of the line rate against 36.1-36.7%, `bbr` bulk flows
-/// 45.0% against 40.5%, and within the runs' spread at 100 Mbit/s, 1 Gbit/s and behind
-/// 128 and 16 KiB ports.
+/// runs): 500 Mbit/s 42.6% and 44.7% of the line rate against 36.1% and 36.7%, most of it
+/// in the rows where the bound fired most; within the runs' spread at 100 Mbit/s,
+/// 1 Gbit/s, beside `bbr` bulk flows and behind 128 and 16 KiB ports.
 pub const ESCALATE_WITHIN_RTTS: u32 = 8;
 
 /// The shortest time bound on a lossy port (20 ms): longer than the servers' tail-loss
