@@ -440,9 +440,9 @@ pub const ESCALATE_WITHIN: Duration = Duration::from_millis(100);
 ///
 /// Why not always [`ESCALATE_WITHIN`]: 100 ms is long next to the reads it holds up. Beside
 /// 2 bulk flows at 500 Mbit/s on the testbed (one read of 16 x 32 KiB at a time, median
-/// read 24 ms) the slowest reads took 111-170 ms, each behind one fragment that waited
-/// about 100 ms without progress after its read had spent its hedge budget (traced with
-/// `INCAST_LOG=trace`). The server's TCP repairs a lost tail with a tail-loss probe after
+/// read 24 ms) four of the five slowest reads (111-170 ms) each had one fragment whose last
+/// byte came 59-110 ms after its first, in reads that had hedged 8-12 times, as many as a
+/// read's hedge budget holds there (traced with `INCAST_LOG=trace`). The server's TCP repairs a lost tail with a tail-loss probe after
 /// about two smoothed RTTs (plus two jiffies, 8 ms at HZ 250); a grant still without
 /// progress several round trips later waits for the RTO. Measured with the bound at
 /// 8 round trips (docs/measurements.md, *Twenty-first session*; 8 rows per run, alternated
