@@ -319,6 +319,58 @@
 //! ([`Receiver::is_lossy`]; `incast-rpc` waits 150 ms): before the server's RTO fires on the
 //! unwanted bytes.
 //!
+//! # Spreading a small budget on a lossy port
+//!
+//! Beside bulk flows the servers' connections lose often, and every loss cuts the server's
+//! congestion window. Traced with `ss` on the testbed (100 Mbit/s, 2 cubic bulk flows, 16 x
+//! 32 KiB, one read at a time), the servers' sockets had windows of 2-12 segments and
+//! slow-start thresholds of 2-4, and about 7% of the segments they sent were
+//! retransmissions; the bulk flows' had 5-13 and 4%. The budget then buys less than it
+//! says: the receiver's trace showed it (16-20 KB) always fully outstanding, in two grants
+//! of half the budget on one fragment's connection (a started fragment takes its next
+//! grant before an untouched one starts), and that connection delivered a segment every
+//! 1-2 ms, a window of a few segments per round trip of about 2.5 ms. The reads got 18-25%
+//! of the line rate, every row of 8 under 1/3, in every run of the earlier sessions.
+//!
+//! So while a server has reported loss within [`LOSSY_PORT_WINDOW`], a budget under
+//! [`SPREAD_GRANTS_PER_BUDGET`] policy chunks is spent in chunks of a quarter of it (at least
+//! [`MIN_CHUNK`]), and a read starts its untouched fragments, one grant each on a connection
+//! of its own, before it pipelines more on started ones (while the port takes new senders).
+//! The same bytes outstanding then ride on four windows instead of one. Each half alone
+//! does little (100 Mbit/s beside 2 bulk flows: spreading alone 27% of the line rate,
+//! quarter chunks alone 23%, both 41-43%, nothing 21-23%). Not on a quiet port, and not with
+//! a budget of four policy chunks or more: there a connection's window carries its
+//! pipelined chunks, and more, smaller grants only cost requests.
+//!
+//! Measured beside 2 cubic bulk flows (docs/measurements.md, *Twenty-second session*; 8
+//! rows of 16 and 64 senders, SRU 32 and 256 KiB, 1 and 4 reads, `naive` side by side):
+//! 100 Mbit/s 0.38-0.47 of the line rate (mean 42.4%), every row at 1/3 or more, where
+//! every row had been under it in every earlier run; 500 Mbit/s 0.42-0.66 (56.3%), every
+//! row at 1/3 or more, where 2-4 rows had been under. At 1 Gbit/s the mean did not move
+//! (47.7%, 50.1% and 51.9% in three runs, against 49.6% and 49.3% with the rule switched
+//! off in alternated runs), but one read at a time of 32 KiB fragments fell to 0.32-0.33 in
+//! 3 rows of 24 (a read or two of 210 ms among 30: a response that ends with one segment
+//! in flight gets no quick loss probe from Linux).
+//!
+//! **What it costs: SYN-ACK timeouts.** More, smaller responses stall more often on such
+//! windows; a won hedge resets the stalled connection (see *Stalls on a lossy port*), and
+//! the next grant to that server opens a new connection, whose SYN-ACK crosses the full
+//! port. A server's kernel counts the handshake timer of a lost SYN-ACK (1 s) as an RTO: 1,
+//! 1 and 4 host RTOs per 8 rows at 1 Gbit/s, all with a SYN-ACK sent again, against 0 and 0
+//! (connections reset: about 2,700 per run against 650); 10 at 500 Mbit/s (6 handshakes at
+//! most) and 17 at 100 Mbit/s (10 at most). The grant waiting on such a connection is
+//! hedged or moved within the port's bounds.
+//! Tried against it and not kept (same A/B form, 1 Gbit/s beside 2 bulk flows, 8 rows per
+//! run): a `Probe` frame the server sent in answer to a `Cancel` of a response it had
+//! already written whole, new bytes behind a lost tail, so that its TCP learns of the loss
+//! from the client's SACK within a round trip instead of from its RTO. The stalled
+//! connections then healed and fewer were reset (about 2,200 resets per run against
+//! 4,100-4,700), and the hosts sent 0-1 SYN-ACKs again per run against 3-8; but the reads
+//! got 46.4% and 46.5% of the line rate against 49.2-51.3%, one row at 0.31. Leaving out
+//! the reset on a won hedge as well: about 200 resets, 0 SYN-ACKs again, 46.1-47.7%; and
+//! at 100 Mbit/s 11 host RTOs of which at most 4 handshakes, against 16. Without the probe,
+//! leaving out that reset cut the resets to 477 but not the SYN-ACKs (3).
+//!
 //! # Late grants leave the budget
 //!
 //! Beside bulk flows that keep the port's buffer full, a response often loses its first
@@ -459,6 +511,11 @@ pub const GRANTS_PER_BUDGET: u64 = 4;
 /// 16 KiB grant at a time, a 16 KiB port read 36-72% of the line rate at SRU 32 KiB (one
 /// testbed run, 2026-11-24; docs/measurements.md, *Other port buffers*).
 pub const MIN_GRANTS_PER_BUDGET: u64 = 2;
+/// On a lossy port, a budget under this many policy chunks (4) is spent in chunks of the
+/// budget over this, each on a connection of its own: a read starts its untouched fragments
+/// before it pipelines on started ones. See "Spreading a small budget on a lossy port" in
+/// the module docs.
+pub const SPREAD_GRANTS_PER_BUDGET: u64 = 4;
 /// The smallest chunk a small budget shrinks the policy's chunk to (4 KiB: about three
 /// segments, so a response still ends with enough segments behind a loss for fast
 /// retransmit's duplicate ACKs).
@@ -1218,7 +1275,7 @@ impl Receiver {
             }
         }
         self.discount_silence(now);
-        let gate = self.gate();
+        let gate = self.gate(now);
         let mut cursor = self.order.iter().next().copied();
         while let Some(key) = cursor {
             let rk = self.key_of(key);
@@ -1708,7 +1765,7 @@ impl Receiver {
         self.stats.stuck_discounts += 1;
     }
 
-    fn gate(&self) -> Gate {
+    fn gate(&self, now: Instant) -> Gate {
         let counted = self.counted();
         let room = if counted == 0 {
             u64::MAX
@@ -1729,6 +1786,9 @@ impl Receiver {
             // Stalls are judged in `handle_timeout_of` only.
             escalate_within: None,
             late_after: self.late_after(),
+            spread_chunk: self
+                .is_lossy(now)
+                .then(|| (self.budget / SPREAD_GRANTS_PER_BUDGET).max(MIN_CHUNK)),
         }
     }
 
@@ -2645,6 +2705,45 @@ mod tests {
         let mut rx = Receiver::new(ReceiverConfig::builder().adaptive(false).build().unwrap());
         rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
         assert!(requests(&mut rx, t).iter().all(|(_, g)| g.len == 16 * 1024));
+    }
+
+    /// The servers of the grants a fresh read of 8 x 64 KiB issues under a fixed budget,
+    /// with their lengths, after a server reported loss or not.
+    fn first_grants(budget: u64, lossy: bool) -> Vec<(u32, u64)> {
+        let cfg = ReceiverConfig::builder()
+            .adaptive(false)
+            .min_budget(budget.min(DEFAULT_MIN_BUDGET))
+            .initial_budget(budget)
+            .build()
+            .unwrap();
+        let mut rx = Receiver::new(cfg);
+        let t = Instant::now();
+        if lossy {
+            rx.on_loss(t, 3, 0);
+        }
+        assert_eq!(rx.is_lossy(t), lossy);
+        let stripe = Stripe::fixed_sru("a", &servers(8), 64 * 1024).unwrap();
+        rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
+        requests(&mut rx, t).iter().map(|(_, g)| (g.server.0, g.len)).collect()
+    }
+
+    #[test]
+    fn on_a_lossy_port_a_small_budget_spreads_over_connections() {
+        let chunk = crate::policy::DEFAULT_CHUNK;
+        // Quiet port, 32 KiB: two policy chunks, pipelined on the first fragment's server.
+        assert_eq!(first_grants(2 * chunk, false), [(0, chunk), (0, chunk)]);
+        // Lossy port: a quarter of the budget each, one per server.
+        let q = 2 * chunk / SPREAD_GRANTS_PER_BUDGET;
+        assert_eq!(first_grants(2 * chunk, true), [(0, q), (1, q), (2, q), (3, q)]);
+        // Never under the smallest chunk: a 12 KiB budget takes three 4 KiB grants.
+        assert_eq!(
+            first_grants(3 * MIN_CHUNK, true),
+            [(0, MIN_CHUNK), (1, MIN_CHUNK), (2, MIN_CHUNK)]
+        );
+        // A budget of four policy chunks or more keeps the policy's chunk and its pipelining.
+        let big = SPREAD_GRANTS_PER_BUDGET * chunk;
+        assert_eq!(first_grants(big, true), first_grants(big, false));
+        assert!(first_grants(big, true).iter().all(|&(s, len)| s == 0 && len == chunk));
     }
 
     #[test]

@@ -36,7 +36,10 @@
 //!   (after each grant a fragment goes to the back, so started fragments share the budget
 //!   round-robin); then untouched fragments in stripe order, spaced by the stagger. A queue
 //!   head that K or B does not admit blocks everything behind it: no fragment is overtaken
-//!   forever, and the grants already out, which hold at most B bytes, unblock it.
+//!   forever, and the grants already out, which hold at most B bytes, unblock it. On a lossy
+//!   port with a small budget (a receiver's `Gate` sets a spreading chunk), untouched
+//!   fragments go before the started ones, so the budget rides on more connections (see
+//!   "Spreading a small budget on a lossy port" in [`crate::receiver`]).
 //! - **Exactly once, structurally.** Every byte of a fragment is, at any time, in exactly one
 //!   of: confirmed, in a live grant, in a *hole* (a range whose grant was cancelled or failed,
 //!   re-requested before anything new), or not yet granted (`next..len`). No two live grants
@@ -506,6 +509,12 @@ pub(crate) struct Gate {
     /// as *late* ([`Scheduler::late_bytes`]): the port stops counting its bytes, as TCP's
     /// pipe stops counting segments deemed lost. `None`: no grant is late.
     pub late_after: Option<Duration>,
+    /// On a lossy port, the chunk that spreads the budget over
+    /// [`crate::receiver::SPREAD_GRANTS_PER_BUDGET`] connections (`None`: the port reports no
+    /// loss). A read whose policy chunk is larger spends its budget in chunks of this size
+    /// and starts its untouched fragments before it pipelines on started ones (see "Spreading
+    /// a small budget" in [`crate::receiver`]).
+    pub spread_chunk: Option<u64>,
 }
 
 impl Gate {
@@ -519,6 +528,7 @@ impl Gate {
         timeout_scale: 1,
         escalate_within: None,
         late_after: None,
+        spread_chunk: None,
     };
     /// Admits no grant: polls cancels only.
     pub(crate) const CLOSED: Gate = Gate {
@@ -531,6 +541,7 @@ impl Gate {
         timeout_scale: 1,
         escalate_within: None,
         late_after: None,
+        spread_chunk: None,
     };
 }
 
@@ -1487,10 +1498,13 @@ impl Scheduler {
     fn next_len(&self, f: &Frag, gate: &Gate) -> u64 {
         let rest = f.len - f.next;
         let min_chunk = gate.grant;
+        let max_chunk = self
+            .spread_chunk(gate)
+            .map_or(gate.max_chunk, |c| c.min(gate.max_chunk));
         match f.holes.first() {
             Some(h) => h.len,
             None if self.chunked => {
-                let chunk = self.max_grant.max(min_chunk).min(gate.max_chunk.max(1));
+                let chunk = self.max_grant.max(min_chunk).min(max_chunk.max(1));
                 let len = if min_chunk > self.max_grant && rest < chunk.saturating_mul(2) {
                     rest
                 } else {
@@ -1504,6 +1518,13 @@ impl Scheduler {
             }
             None => rest.min(self.max_grant),
         }
+    }
+
+    /// The gate's spreading chunk, when it applies to this read: chunked grants whose policy
+    /// chunk is larger (the port's budget holds fewer than
+    /// [`crate::receiver::SPREAD_GRANTS_PER_BUDGET`] policy chunks).
+    fn spread_chunk(&self, gate: &Gate) -> Option<u64> {
+        gate.spread_chunk.filter(|&c| self.chunked && c < self.max_grant)
     }
 
     fn admits(&self, server: u32, len: u64) -> bool {
@@ -1561,19 +1582,41 @@ impl Scheduler {
     }
 
     fn next_grant(&mut self, now: Instant, gate: &Gate) -> Result<Grant, Stop> {
-        for q in [Queue::Urgent, Queue::Ready] {
-            while let Some(&f) = self.queue(q).front() {
-                if !self.wants_grant(f) {
-                    self.pop_queue(q);
-                    continue;
-                }
-                // A head that K or B does not admit blocks everything behind it.
-                let g = self.try_issue(f, GrantKind::Next, now, gate)?;
-                self.pop_queue(q);
-                self.requeue(f);
-                return Ok(g);
+        if let Some(g) = self.next_queued(Queue::Urgent, now, gate)? {
+            return Ok(g);
+        }
+        // Spreading (a lossy port, a small budget): untouched fragments first, each on a
+        // connection of its own, while the port takes new senders.
+        if gate.new_sender && self.spread_chunk(gate).is_some() {
+            match self.start_next(now, gate) {
+                Err(Stop::Idle) => {}
+                r => return r,
             }
         }
+        if let Some(g) = self.next_queued(Queue::Ready, now, gate)? {
+            return Ok(g);
+        }
+        self.start_next(now, gate)
+    }
+
+    /// The next grant of queue `q`'s head, if it has one.
+    fn next_queued(&mut self, q: Queue, now: Instant, gate: &Gate) -> Result<Option<Grant>, Stop> {
+        while let Some(&f) = self.queue(q).front() {
+            if !self.wants_grant(f) {
+                self.pop_queue(q);
+                continue;
+            }
+            // A head that K or B does not admit blocks everything behind it.
+            let g = self.try_issue(f, GrantKind::Next, now, gate)?;
+            self.pop_queue(q);
+            self.requeue(f);
+            return Ok(Some(g));
+        }
+        Ok(None)
+    }
+
+    /// The first grant of the next untouched fragment (stripe order, spaced by the stagger).
+    fn start_next(&mut self, now: Instant, gate: &Gate) -> Result<Grant, Stop> {
         let f = self.cursor;
         if f as usize >= self.frags.len() || self.next_start.is_some_and(|t| now < t) {
             return Err(Stop::Idle);
