@@ -260,6 +260,10 @@ pub struct Measurement {
     /// connections the client abandoned after a hedge, whose servers never send another
     /// `End`. `None` off the testbed.
     pub host_rtos: Option<u64>,
+    /// SYN-ACKs the server hosts sent again during the configuration (`TCPSynRetrans`): at
+    /// most this many of `host_rtos` were the handshake timers of connections whose SYN-ACK
+    /// the port dropped, not data RTOs. `None` off the testbed.
+    pub host_syn_ack_retransmits: Option<u64>,
     /// Background bulk flows through the same port.
     pub background_flows: usize,
     /// Their goodput during the measured reads, Mbit/s.

@@ -183,7 +183,8 @@ fn measure_one(
         tb.set_route_rto_min(Some(ROUTE_RTO_MIN))?;
     }
     let bulk_rtos = || bulk_rtos.map_or(0, |b| b.load(Ordering::Relaxed));
-    let counters = |tb: &Testbed| -> Result<_, TestbedError> { Ok((tb.qdisc_stats()?, tb.host_rtos()?, bulk_rtos())) };
+    let counters =
+        |tb: &Testbed| -> Result<_, TestbedError> { Ok((tb.qdisc_stats()?, tb.host_counters()?, bulk_rtos())) };
     let before = testbed.map(counters).transpose()?;
     let r = rt.block_on(measure(addrs, run, on_block));
     if testbed.is_some() {
@@ -201,9 +202,11 @@ fn measure_one(
         m.switch_drops = Some(port1.since(&port0).dropped);
         m.host_rtos = Some(
             hosts1
-                .saturating_sub(hosts0)
+                .rtos
+                .saturating_sub(hosts0.rtos)
                 .saturating_sub(bulk1.saturating_sub(bulk0)),
         );
+        m.host_syn_ack_retransmits = Some(hosts1.syn_ack_retransmits.saturating_sub(hosts0.syn_ack_retransmits));
         m.buffer_bytes = Some(tb.config().buffer_bytes);
         m.rate_bps = Some(tb.config().rate_bps);
     }

@@ -311,6 +311,23 @@ pub fn check_tools() -> Result<(), TestbedError> {
     Ok(())
 }
 
+/// TCP counters of the server hosts (see [`Testbed::host_counters`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HostCounters {
+    /// Retransmission timeouts (`TcpExt: TCPTimeouts`): every RTO of every socket on the
+    /// hosts, including sockets the client has already dropped. The RTOs a read's servers
+    /// report in their `End` frames miss those: a connection the client abandons after a
+    /// hedge (its cancelled response still in flight) never sends another `End`, and its
+    /// server's timer still fires. It also counts the timer of a lost SYN-ACK.
+    pub rtos: u64,
+    /// SYN-ACKs sent again (`TcpExt: TCPSynRetrans`; the hosts only answer connections).
+    /// A SYN-ACK lost at the port is sent again when the server's handshake timer (1 s)
+    /// fires, and that timer counts in `rtos` too; a client's repeated SYN also makes the
+    /// server send it again, without a timeout, so this bounds from above how many of
+    /// `rtos` were handshakes rather than data.
+    pub syn_ack_retransmits: u64,
+}
+
 /// Counters of the shaped port's queue.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct QdiscStats {
@@ -582,22 +599,22 @@ impl Testbed {
         Ok(())
     }
 
-    /// Kernel RTOs on the server hosts: the sum of every host namespace's `TcpExt:
-    /// TCPTimeouts` (`/proc/net/netstat`), which counts each retransmission timeout of every
-    /// socket in it, including sockets the client has already dropped. The RTOs a read's
-    /// servers report in their `End` frames miss those: a connection the client abandons
-    /// after a hedge (its cancelled response still in flight) never sends another `End`,
-    /// and its server's timer still fires. Bulk senders on the hosts count here too.
-    pub fn host_rtos(&self) -> Result<u64, TestbedError> {
-        let mut sum = 0;
+    /// TCP counters of the server hosts, summed over every host namespace's
+    /// `/proc/net/netstat` (see [`HostCounters`]).
+    pub fn host_counters(&self) -> Result<HostCounters, TestbedError> {
+        let mut sum = HostCounters::default();
         for host in &self.hosts {
             let text = host.run(|| std::fs::read_to_string("/proc/thread-self/net/netstat"))??;
-            sum += netstat_counter(&text, "TcpExt", "TCPTimeouts").ok_or_else(|| {
-                TestbedError::Io(std::io::Error::other(format!(
-                    "no TcpExt TCPTimeouts in /proc/net/netstat of {}",
-                    host.name()
-                )))
-            })?;
+            let counter = |name: &str| {
+                netstat_counter(&text, "TcpExt", name).ok_or_else(|| {
+                    TestbedError::Io(std::io::Error::other(format!(
+                        "no TcpExt {name} in /proc/net/netstat of {}",
+                        host.name()
+                    )))
+                })
+            };
+            sum.rtos += counter("TCPTimeouts")?;
+            sum.syn_ack_retransmits += counter("TCPSynRetrans")?;
         }
         Ok(sum)
     }
