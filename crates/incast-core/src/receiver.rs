@@ -349,8 +349,9 @@
 //! row at 1/3 or more, where 2-4 rows had been under. At 1 Gbit/s the mean did not move
 //! (47.7%, 50.1% and 51.9% in three runs, against 49.6% and 49.3% with the rule switched
 //! off in alternated runs), but one read at a time of 32 KiB fragments fell to 0.32-0.33 in
-//! 3 rows of 24 (a read or two of 210 ms among 30: a response that ends with one segment
-//! in flight gets no quick loss probe from Linux).
+//! 3 rows of 24, and to 0.31-0.32 beside `bbr` bulk flows and behind a 128 KiB port (a read
+//! or two of 210 ms among 30; a response that ends with one segment in flight gets no
+//! quick loss probe from Linux, but that is not traced).
 //!
 //! **What it costs: SYN-ACK timeouts.** More, smaller responses stall more often on such
 //! windows; a won hedge resets the stalled connection (see *Stalls on a lossy port*), and
