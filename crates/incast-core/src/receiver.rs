@@ -109,7 +109,15 @@
 //!   (a scheduling hiccup stalls many grants at once, and their originals all end) then
 //!   held the timeouts at 16-56 times the RTO for as many won hedges, and beside 2 bulk
 //!   flows at 2 Gbit/s stalled grants waited 5-48 ms for their hedge (docs/measurements.md,
-//!   *Twelfth session*). A scaled timeout never passes the RTO's upper bound
+//!   *Twelfth session*). A verdict is about the multiplier the hedge's stall timer ran
+//!   under, not about the one in force when the verdict comes: a spurious hedge raises the
+//!   multiplier to twice its own, a won one lowers it to half its own, and hedges whose
+//!   timers ran under the same multiplier move it once between them, as TCP cuts its window
+//!   once per round trip of losses. Counted per hedge, one scheduling pause that stalled ten
+//!   grants at once took the multiplier from 1 to 64 as their originals ended, and the
+//!   next stalled grant waited 83 ms for its hedge (1 Gbit/s beside 2 bulk flows, 16 x
+//!   32 KiB, one read in 300 over 100 ms; docs/measurements.md, *Twenty-third session*).
+//!   A scaled timeout never passes the RTO's upper bound
 //!   ([`crate::RtoBounds::max`], 100 ms by default): past the kernel's 200 ms minimum RTO a
 //!   hedge comes after TCP's own retransmission and saves nothing.
 //! - **Receiver-paced responses (optional, [`ReceiverConfigBuilder::pacing`]).** A grant
@@ -914,8 +922,9 @@ pub struct ReceiverStats {
     /// The budget's ceiling learnt at the last loss at or over it, bytes
     /// ([`LOSS_CEILING_SHARE`]); it is in force for [`CEILING_HOLD`] after that loss.
     pub loss_ceiling: Option<u64>,
-    /// The multiplier of every grant's timeout now (1 up to [`MAX_TIMEOUT_SCALE`]): spurious
-    /// hedges double it, won hedges halve it.
+    /// The multiplier of every grant's timeout now (1 up to [`MAX_TIMEOUT_SCALE`]): a
+    /// spurious hedge raises it to twice the multiplier its timer ran under, a won hedge
+    /// lowers it to half of that.
     pub timeout_scale: u32,
     /// Queueing-delay samples above the target that held growth (the receiver's own queue).
     pub delay_holds: u64,
@@ -965,8 +974,6 @@ struct ReadState {
     completed: u64,
     hedged: u64,
     stalls: u64,
-    spurious: u64,
-    won: u64,
     /// Of `outstanding`, the bytes the port stopped counting when it went silent; 0 again
     /// as soon as the read delivers a byte.
     stuck: u64,
@@ -1186,8 +1193,6 @@ impl Receiver {
             completed: 0,
             hedged: 0,
             stalls: 0,
-            spurious: 0,
-            won: 0,
             stuck: 0,
             late: 0,
             waiting_since: Some(now),
@@ -1848,10 +1853,7 @@ impl Receiver {
         let st = r.sched.stats();
         let hedged = st.hedged_bytes - r.hedged;
         let stalls = st.stalls - r.stalls;
-        let spurious = st.hedges_spurious - r.spurious;
-        let won = st.hedges_won - r.won;
-        r.spurious = st.hedges_spurious;
-        r.won = st.hedges_won;
+        let verdicts = r.sched.take_hedge_verdicts();
         let done = completed - r.completed;
         // A fragment's length learnt from its server shrinks the read (SRPT's key).
         let shrunk = r.sched.block_len() != r.block_len;
@@ -1913,14 +1915,15 @@ impl Receiver {
         if has_urgent && self.urgent.back() != Some(&rk) {
             self.urgent.push_back(rk);
         }
-        // Spurious hedges say the timeouts are too short for this path (its scheduling noise,
-        // its queues): double them; a won hedge says they were right: halve them. Both steps
-        // multiply, so the multiplier follows the ratio of spurious to won hedges (see "Timeouts
-        // learn from spurious hedges" in the module docs).
-        if spurious > 0 {
-            self.timeout_scale = (self.timeout_scale * 2).min(MAX_TIMEOUT_SCALE);
-        } else if won > 0 {
-            self.timeout_scale = (self.timeout_scale / 2).max(1);
+        // Spurious hedges say the timeouts they ran under were too short for this path (its
+        // scheduling noise, its queues): twice that; a won hedge says they were right: half
+        // of that. Both steps multiply, so the multiplier follows the ratio of spurious to won
+        // hedges, and hedges that ran under one multiplier move it once (see "Timeouts learn
+        // from spurious hedges" in the module docs).
+        if let Some(s) = verdicts.spurious {
+            self.timeout_scale = self.timeout_scale.max(s.saturating_mul(2)).min(MAX_TIMEOUT_SCALE);
+        } else if let Some(s) = verdicts.won {
+            self.timeout_scale = self.timeout_scale.min((s / 2).max(1));
         }
         if stalls > 0 {
             // A stall is a response that saw loss (or worse) for the loss share.
@@ -2378,32 +2381,62 @@ mod tests {
     }
 
     #[test]
-    fn spurious_hedges_double_the_timeouts_and_a_won_hedge_halves_them() {
+    fn spurious_hedges_double_the_timeouts_once_per_multiplier_and_a_won_hedge_halves_them() {
         let t = Instant::now();
         let (mut rx, k, gs) = one_grant_per_server(t);
         assert_eq!(rx.stats().timeout_scale, 1);
+        let is_hedge = |(_, g): &(ReadKey, crate::Grant)| g.kind == crate::GrantKind::Hedge;
         // Every grant stalls; the port hedges as many as its bucket allows.
         let stalled = t + Duration::from_millis(150);
         rx.handle_timeout_of(stalled, k).unwrap();
-        let hedges: Vec<_> = requests(&mut rx, stalled)
-            .into_iter()
-            .filter(|(_, g)| g.kind == crate::GrantKind::Hedge)
-            .collect();
+        let hedges: Vec<_> = requests(&mut rx, stalled).into_iter().filter(is_hedge).collect();
         assert!(hedges.len() >= 4, "{} hedges", hedges.len());
-        // Three originals end whole before their hedges: spurious, each doubles the scale.
+        // Three originals end whole before their hedges: spurious. Their timers ran under the
+        // same multiplier, so together they say once that it was too short: it doubles once,
+        // not once per hedge (one scheduling pause used to take it from 1 to 64).
         let later = stalled + Duration::from_millis(1);
         for (_, g) in &gs[..3] {
             finish(&mut rx, later, k, g);
         }
-        assert_eq!(rx.stats().timeout_scale, 8);
-        // The hedge of a fourth grant ends first: it won, and the scale halves (it used to
-        // drop by one, so one burst of spurious hedges held long timeouts for many wins).
-        let won = hedges
+        assert_eq!(rx.stats().timeout_scale, 2);
+        // Their hedges end too, late: that frees the budget and decides nothing.
+        for (_, h) in hedges
             .iter()
-            .find(|(_, h)| !gs[..3].iter().any(|(_, g)| g.server == h.server))
-            .expect("a hedge of another grant");
-        finish(&mut rx, later, k, &won.1);
+            .filter(|(_, h)| gs[..3].iter().any(|(_, g)| g.server == h.server))
+        {
+            finish(&mut rx, later, k, h);
+        }
+        assert_eq!(rx.stats().timeout_scale, 2);
+        let next: Vec<_> = requests(&mut rx, later)
+            .into_iter()
+            .filter(|(_, g)| g.kind == crate::GrantKind::Next)
+            .collect();
+        assert!(next.len() >= 2, "the finished fragments take their next grants");
+        // Those grants run under the doubled multiplier. They stall and are hedged; the
+        // first one's original ends first: spurious again, which is news about the doubled
+        // multiplier, and it doubles again.
+        let stalled_again = later + Duration::from_millis(400);
+        rx.handle_timeout_of(stalled_again, k).unwrap();
+        let again: Vec<_> = requests(&mut rx, stalled_again).into_iter().filter(is_hedge).collect();
+        let hedge_of = |g: &crate::Grant| {
+            again
+                .iter()
+                .find(|(_, h)| h.server == g.server && h.object_offset == g.object_offset)
+                .map(|(_, h)| h.clone())
+        };
+        let end = stalled_again + Duration::from_millis(1);
+        assert!(
+            hedge_of(&next[0].1).is_some(),
+            "a grant armed under the doubled multiplier is hedged"
+        );
+        finish(&mut rx, end, k, &next[0].1);
         assert_eq!(rx.stats().timeout_scale, 4);
+        // The second one's hedge ends first: it won under the doubled multiplier, which drops
+        // to half of that (it used to drop by one, so one burst of spurious hedges held long
+        // timeouts for many wins).
+        let won = hedge_of(&next[1].1).expect("the second grant is hedged too");
+        finish(&mut rx, end, k, &won);
+        assert_eq!(rx.stats().timeout_scale, 1);
     }
 
     #[test]

@@ -118,7 +118,7 @@
 //! `benches/scheduler.rs` for the measured cost per event.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -618,6 +618,16 @@ impl Frag {
     }
 }
 
+/// What the hedges decided since a receiver last looked ([`Scheduler::take_hedge_verdicts`]):
+/// the timeout multipliers they were issued under.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct HedgeVerdicts {
+    /// The largest multiplier under which a hedge was spurious (its original ended first).
+    pub(crate) spurious: Option<u32>,
+    /// The smallest multiplier under which a hedge won.
+    pub(crate) won: Option<u32>,
+}
+
 #[derive(Clone, Debug)]
 struct Live {
     frag: u32,
@@ -633,6 +643,9 @@ struct Live {
     issued_at: Instant,
     last_progress: Instant,
     timeout: Duration,
+    /// The port's timeout multiplier ([`Gate::timeout_scale`]) its stall timer was armed
+    /// with: a hedge's verdict (won or spurious) is about that multiplier.
+    scale: u32,
     /// Issued on an idle connection: its first byte is an RTT sample.
     clean: bool,
     /// When its first byte can be expected at the earliest: the bytes already outstanding on
@@ -747,8 +760,12 @@ pub struct Scheduler {
     rng: SplitMix64,
     last_decrease: Option<Instant>,
     stats: SchedulerStats,
-    /// Hedged originals whose race is undecided (see [`SchedulerStats::hedges_won`]).
-    open_hedges: HashSet<GrantId>,
+    /// Hedged originals whose race is undecided (see [`SchedulerStats::hedges_won`]), with
+    /// the timeout multiplier their stall timer had.
+    open_hedges: HashMap<GrantId, u32>,
+    /// Of the hedges decided since [`Scheduler::take_hedge_verdicts`] last looked: the
+    /// largest multiplier under which one was spurious, the smallest under which one won.
+    verdicts: HedgeVerdicts,
     /// The last clean first-byte time, for a client-wide receiver's queueing-delay signal.
     last_sample: Option<Duration>,
     /// The last [`Gate::late_after`] a receiver gave.
@@ -843,7 +860,8 @@ impl Scheduler {
             rng: SplitMix64::new(seed),
             last_decrease: None,
             stats: SchedulerStats::default(),
-            open_hedges: HashSet::new(),
+            open_hedges: HashMap::new(),
+            verdicts: HedgeVerdicts::default(),
             last_sample: None,
             late_after: None,
             late_bytes: 0,
@@ -1134,8 +1152,9 @@ impl Scheduler {
         let Some(live) = self.slot_of(id)? else {
             // The late, complete end of a hedged original: the hedge was spurious unless its
             // replacement already won.
-            if self.open_hedges.remove(&id) {
+            if let Some(scale) = self.open_hedges.remove(&id) {
                 self.stats.hedges_spurious += 1;
+                self.verdicts.spurious = self.verdicts.spurious.max(Some(scale));
             }
             return Ok(());
         };
@@ -1149,8 +1168,9 @@ impl Scheduler {
         }
         let live = self.release(id);
         if let Some(orig) = live.replaces {
-            if self.open_hedges.remove(&orig) {
+            if let Some(scale) = self.open_hedges.remove(&orig) {
                 self.stats.hedges_won += 1;
+                self.verdicts.won = Some(self.verdicts.won.map_or(scale, |w| w.min(scale)));
             }
         }
         self.frags[live.frag as usize].confirmed += live.len;
@@ -1686,6 +1706,7 @@ impl Scheduler {
             issued_at: now,
             last_progress: now,
             timeout,
+            scale: gate.timeout_scale,
             clean: self.conn_live[conn_index(server, lane)] == 0,
             expected: now + gate.ahead,
             replaces,
@@ -1829,6 +1850,7 @@ impl Scheduler {
             let live = self.slots[id.slot()].live.as_mut().expect("live");
             live.last_progress = now;
             live.timeout = timeout;
+            live.scale = gate.timeout_scale;
             self.push_timer(now + timeout, id);
             return;
         }
@@ -1873,7 +1895,7 @@ impl Scheduler {
             kind: GrantKind::Hedge,
             orig: Some(id),
         });
-        self.open_hedges.insert(id);
+        self.open_hedges.insert(id, live.scale);
         self.requeue(f as u32);
     }
 
@@ -1974,6 +1996,12 @@ impl Scheduler {
         self.timers.clear();
         self.open_hedges.clear();
         self.outcome = Some(Outcome::Failed(err));
+    }
+
+    /// The hedges decided since the last call, by the timeout multiplier they were issued
+    /// under (see "Timeouts learn from spurious hedges" in [`crate::receiver`]).
+    pub(crate) fn take_hedge_verdicts(&mut self) -> HedgeVerdicts {
+        std::mem::take(&mut self.verdicts)
     }
 
     fn floor(&self) -> u64 {
