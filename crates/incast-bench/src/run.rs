@@ -264,6 +264,10 @@ pub struct Measurement {
     /// most this many of `host_rtos` were the handshake timers of connections whose SYN-ACK
     /// the port dropped, not data RTOs. `None` off the testbed.
     pub host_syn_ack_retransmits: Option<u64>,
+    /// Connections the server hosts accepted during the configuration (`PassiveOpens`):
+    /// every handshake whose SYN-ACK crossed the port, warm-up included. `None` off the
+    /// testbed.
+    pub host_handshakes: Option<u64>,
     /// Background bulk flows through the same port.
     pub background_flows: usize,
     /// Their goodput during the measured reads, Mbit/s.

@@ -207,6 +207,7 @@ fn measure_one(
                 .saturating_sub(bulk1.saturating_sub(bulk0)),
         );
         m.host_syn_ack_retransmits = Some(hosts1.syn_ack_retransmits.saturating_sub(hosts0.syn_ack_retransmits));
+        m.host_handshakes = Some(hosts1.handshakes.saturating_sub(hosts0.handshakes));
         m.buffer_bytes = Some(tb.config().buffer_bytes);
         m.rate_bps = Some(tb.config().rate_bps);
     }

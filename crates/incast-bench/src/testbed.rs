@@ -326,6 +326,9 @@ pub struct HostCounters {
     /// server send it again, without a timeout, so this bounds from above how many of
     /// `rtos` were handshakes rather than data.
     pub syn_ack_retransmits: u64,
+    /// Connections the hosts accepted (`Tcp: PassiveOpens`): the handshakes whose SYN-ACKs
+    /// crossed the port, against which `syn_ack_retransmits` is a loss rate.
+    pub handshakes: u64,
 }
 
 /// Counters of the shaped port's queue.
@@ -615,6 +618,13 @@ impl Testbed {
             };
             sum.rtos += counter("TCPTimeouts")?;
             sum.syn_ack_retransmits += counter("TCPSynRetrans")?;
+            let snmp = host.run(|| std::fs::read_to_string("/proc/thread-self/net/snmp"))??;
+            sum.handshakes += netstat_counter(&snmp, "Tcp", "PassiveOpens").ok_or_else(|| {
+                TestbedError::Io(std::io::Error::other(format!(
+                    "no Tcp PassiveOpens in /proc/net/snmp of {}",
+                    host.name()
+                )))
+            })?;
         }
         Ok(sum)
     }
