@@ -368,7 +368,15 @@
 //! 1 and 4 host RTOs per 8 rows at 1 Gbit/s, all with a SYN-ACK sent again, against 0 and 0
 //! (connections reset: about 2,700 per run against 650); 10 at 500 Mbit/s (6 handshakes at
 //! most) and 17 at 100 Mbit/s (10 at most). The grant waiting on such a connection is
-//! hedged or moved within the port's bounds.
+//! hedged or moved within the port's bounds. Counted on the server hosts in the
+//! twenty-third session (1 Gbit/s, 8 rows per run): every SYN-ACK sent again was answered
+//! by a reset (`EmbryonicRsts`): the client had already dropped that connection when the
+//! timer fired, so no read waited out the second; the hosts accepted about 8,000 connections per
+//! run with the rule and 2,900 without, and 5 and 0 of those lost their SYN-ACK. Not
+//! resetting after a won hedge halved the connections (3,850; the rest are mostly those a
+//! finished read drops while they still owe a cancelled response) but left 2-4 lost
+//! SYN-ACKs per run; a floor of [`GRANT_TIME`] at the port's rate under the quarter-budget
+//! chunk left 2-6 (docs/measurements.md, *Twenty-third session*).
 //! Tried against it and not kept (same A/B form, 1 Gbit/s beside 2 bulk flows, 8 rows per
 //! run): a `Probe` frame the server sent in answer to a `Cancel` of a response it had
 //! already written whole, new bytes behind a lost tail, so that its TCP learns of the loss
