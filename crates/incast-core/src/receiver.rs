@@ -271,8 +271,8 @@
 //! bulk flows on the default 32 KiB port (where the reads already got 0.42-0.55 of the
 //! line rate) it competed in 2-3 rows of 8 and changed nothing measurable; on 64 and
 //! 128 KiB ports it competed in every row, and the reads' share went from 0.00-0.26 of the
-//! line rate to means of 42-55% in four runs, some rows still at 0.14-0.19 (see the
-//! README's *Where it loses*).
+//! line rate to means of 42-55% in four runs, some rows still at 0.14-0.19 (see
+//! docs/measurements.md, *Where it lost, session by session*).
 //!
 //! **Why not only near the floor.** The floor stands for the smallest budget, but the
 //! argument holds for any budget. Beside 2 bulk flows through a 64 KiB port, two rows at

@@ -20,7 +20,8 @@
 //! that almost never fired. Measured on the 2-core VM (Linux 6.18, lapic-deadline clock
 //! events, HZ=250), loopback, 16 concurrent reads of 256 KiB from one server: with a timer
 //! per read, 2 `timerfd_settime` per read and 0.42-0.47 s of CPU per GiB; with the port's
-//! timer, 0.15 per read and 0.34-0.44 s/GiB (README, *Where it loses*, loopback).
+//! timer, 0.15 per read and 0.34-0.44 s/GiB (docs/measurements.md, *Where it lost, session
+//! by session*, loopback).
 //!
 //! The keeper arms the earliest deadline of all reads, and re-arms only when a read asks for
 //! an earlier one or the armed one has passed: a deadline that moves later (its read ended, or
