@@ -603,28 +603,28 @@ impl Testbed {
     }
 
     /// TCP counters of the server hosts, summed over every host namespace's
-    /// `/proc/net/netstat` (see [`HostCounters`]).
+    /// `/proc/net/netstat` and `/proc/net/snmp` (see [`HostCounters`]).
     pub fn host_counters(&self) -> Result<HostCounters, TestbedError> {
         let mut sum = HostCounters::default();
         for host in &self.hosts {
-            let text = host.run(|| std::fs::read_to_string("/proc/thread-self/net/netstat"))??;
-            let counter = |name: &str| {
-                netstat_counter(&text, "TcpExt", name).ok_or_else(|| {
+            // One thread in the namespace reads both files.
+            let (netstat, snmp) = host.run(|| -> std::io::Result<(String, String)> {
+                Ok((
+                    std::fs::read_to_string("/proc/thread-self/net/netstat")?,
+                    std::fs::read_to_string("/proc/thread-self/net/snmp")?,
+                ))
+            })??;
+            let counter = |text: &str, file: &str, group: &str, name: &str| {
+                netstat_counter(text, group, name).ok_or_else(|| {
                     TestbedError::Io(std::io::Error::other(format!(
-                        "no TcpExt {name} in /proc/net/netstat of {}",
+                        "no {group} {name} in /proc/net/{file} of {}",
                         host.name()
                     )))
                 })
             };
-            sum.rtos += counter("TCPTimeouts")?;
-            sum.syn_ack_retransmits += counter("TCPSynRetrans")?;
-            let snmp = host.run(|| std::fs::read_to_string("/proc/thread-self/net/snmp"))??;
-            sum.handshakes += netstat_counter(&snmp, "Tcp", "PassiveOpens").ok_or_else(|| {
-                TestbedError::Io(std::io::Error::other(format!(
-                    "no Tcp PassiveOpens in /proc/net/snmp of {}",
-                    host.name()
-                )))
-            })?;
+            sum.rtos += counter(&netstat, "netstat", "TcpExt", "TCPTimeouts")?;
+            sum.syn_ack_retransmits += counter(&netstat, "netstat", "TcpExt", "TCPSynRetrans")?;
+            sum.handshakes += counter(&snmp, "snmp", "Tcp", "PassiveOpens")?;
         }
         Ok(sum)
     }
