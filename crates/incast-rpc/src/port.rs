@@ -380,6 +380,11 @@ impl ReadSched {
     /// Whether the port's keeper wakes this read for its deadlines (else the caller keeps
     /// its own timer).
     pub(crate) fn port_keeps_time(&self) -> bool {
+        self.is_shared()
+    }
+
+    /// Whether the read draws its grants from the client's port ([`Sharing::Port`]).
+    pub(crate) fn is_shared(&self) -> bool {
         matches!(self, ReadSched::Shared(_))
     }
 

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use incast_core::{Fragment, GrantSize, Hedging, Policy, ReadError, RtoBounds, ServerId, Stripe};
 use incast_rpc::store::{Delayed, MemStore};
 use incast_rpc::wire::{decode, ErrorCode, Frame, Header, Kind, TcpCounters, HEADER_LEN};
-use incast_rpc::{serve, Client, ClientConfig, FanInError, ServerConfig, ServerHandle};
+use incast_rpc::{serve, Client, ClientConfig, FanInError, ServerConfig, ServerHandle, Sharing};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -653,7 +653,7 @@ fn whole_grants_hedged_after_5ms(hedge_bytes: u64) -> Policy {
 /// leak shows), its replica (server 1) after `replica` with 0x11. Fragment 1 (server 2)
 /// answers after 250 ms and is too large for the hedge budget, so it keeps the read open
 /// while the stalled primary's bytes arrive. Grants time out after about 5 ms.
-async fn read_with_one_hedge(primary: Duration, replica: Duration) -> incast_rpc::ReadOutput {
+async fn read_with_one_hedge(primary: Duration, replica: Duration, sharing: Sharing) -> incast_rpc::ReadOutput {
     let primary = fake_server(primary, 0xEE).await;
     let replica = fake_server(replica, 0x11).await;
     let other = fake_server(Duration::from_millis(250), 0x22).await;
@@ -664,7 +664,11 @@ async fn read_with_one_hedge(primary: Duration, replica: Duration) -> incast_rpc
         .unwrap();
     let client = Client::with_config(
         [(ServerId(0), primary), (ServerId(1), replica), (ServerId(2), other)],
-        ClientConfig::builder().receiver(receiver).build().unwrap(),
+        ClientConfig::builder()
+            .receiver(receiver)
+            .sharing(sharing)
+            .build()
+            .unwrap(),
     );
     let stripe = Stripe::new(vec![
         Fragment::new(ServerId(0), "k", 0, 20_000).with_replicas([ServerId(1)]),
@@ -685,10 +689,10 @@ async fn read_with_one_hedge(primary: Duration, replica: Duration) -> incast_rpc
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stalled_original_whose_hedge_won_is_reset_and_its_bytes_never_arrive() {
+async fn in_a_read_alone_a_stalled_original_whose_hedge_won_is_reset_and_its_bytes_never_arrive() {
     // The replica answers at 20 ms, the primary only at 150 ms: the hedge wins, and the
     // primary's connection, owing nothing else, is reset before its bytes come.
-    let out = read_with_one_hedge(Duration::from_millis(150), Duration::from_millis(20)).await;
+    let out = read_with_one_hedge(Duration::from_millis(150), Duration::from_millis(20), Sharing::PerRead).await;
     let r = &out.report;
     // (hedges won, connections reset, bytes drained)
     assert_eq!(
@@ -704,18 +708,40 @@ async fn a_stalled_original_whose_hedge_won_is_reset_and_its_bytes_never_arrive(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_the_port_a_slow_original_whose_hedge_won_is_drained_not_reset() {
+    // As above, under the client's port: no server reported loss, so the primary's
+    // connection is kept (a reset would cost a new connection, whose handshake can lose its
+    // SYN-ACK on a full port); its late bytes are read and dropped, never reaching the block.
+    let out = read_with_one_hedge(Duration::from_millis(150), Duration::from_millis(20), Sharing::Port).await;
+    let r = &out.report;
+    // (hedges won, connections reset, bytes drained)
+    assert_eq!(
+        (r.stats.hedges_won, r.connections_reset, r.drained_bytes),
+        (1, 0, 20_000),
+        "{r:?}"
+    );
+    assert!(
+        out.report.fragments[0].done < Some(Duration::from_millis(150)),
+        "{:?}",
+        out.report.fragments[0]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn late_bytes_of_a_spurious_hedge_original_are_drained_and_never_reach_the_block() {
     // The primary answers at 40 ms, after its grant timed out (about 5 ms) but before the
     // replica (200 ms): the hedge was spurious, nothing is reset, and the original's bytes
     // are read and dropped.
-    let out = read_with_one_hedge(Duration::from_millis(40), Duration::from_millis(200)).await;
-    let r = &out.report;
-    // (spurious hedges, connections reset, bytes drained)
-    assert_eq!(
-        (r.stats.hedges_spurious, r.connections_reset, r.drained_bytes),
-        (1, 0, 20_000),
-        "{r:?}"
-    );
+    for sharing in [Sharing::Port, Sharing::PerRead] {
+        let out = read_with_one_hedge(Duration::from_millis(40), Duration::from_millis(200), sharing).await;
+        let r = &out.report;
+        // (spurious hedges, connections reset, bytes drained)
+        assert_eq!(
+            (r.stats.hedges_spurious, r.connections_reset, r.drained_bytes),
+            (1, 0, 20_000),
+            "{sharing:?}: {r:?}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

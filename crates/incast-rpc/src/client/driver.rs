@@ -228,7 +228,8 @@ pub(super) struct Driver<'a> {
     too_large: HashMap<usize, (ServerId, Option<u64>)>,
     /// An error that ends the read, found where it cannot be returned at once.
     fatal: Option<FanInError>,
-    /// Hedges and retries sent over TCP and not ended yet (see [`Driver::reset_abandoned`]).
+    /// Hedges and retries sent over TCP and not ended yet, by a read alone (see
+    /// [`Driver::reset_abandoned`]).
     replacements: HashSet<GrantId>,
     /// Connections left owing only cancelled responses, by when to look at them again (see
     /// [`Driver::reset_quiet`]).
@@ -451,7 +452,9 @@ impl<'a> Driver<'a> {
                     // A hedge, or a stalled grant moved after the hedge budget was spent
                     // (a retry): both replace a response stuck on a connection.
                     if matches!(g.kind, GrantKind::Hedge | GrantKind::Retry) {
-                        self.replacements.insert(g.id);
+                        if !self.sched.is_shared() {
+                            self.replacements.insert(g.id);
+                        }
                         self.reset_behind_hole(g.server, g.lane);
                     }
                     match self.conn(g.server, g.lane) {
@@ -1239,8 +1242,9 @@ impl<'a> Driver<'a> {
     }
 
     /// A hedge (or a retry: a stalled grant moved after the hedge budget was spent) of
-    /// `fragment` won: resets every connection that now owes only cancelled responses, one
-    /// of them this fragment's stalled original.
+    /// `fragment` won, in a read alone ([`crate::Sharing::PerRead`]): resets every
+    /// connection that now owes only cancelled responses, one of them this fragment's
+    /// stalled original.
     ///
     /// Why: such a connection is almost always waiting out a lost tail (often a lost
     /// retransmission, which Linux repairs only by its RTO: no loss probe in recovery, and
@@ -1253,6 +1257,20 @@ impl<'a> Driver<'a> {
     /// before its timer fires; the next grant to that server opens a new connection. A
     /// hedge whose original ends first (spurious) resets nothing, so the port still learns
     /// from spurious hedges.
+    ///
+    /// Not under the port ([`crate::Sharing::Port`]): there [`Driver::reset_quiet`] resets
+    /// the originals that really wait out a lost tail (silent for 150 ms, under the minimum
+    /// RTO), and most originals of a won hedge were only slow: they end within
+    /// milliseconds, and their connection serves the next grant. Resetting them at once cost
+    /// a new connection each, and a handshake through a full port sometimes loses its
+    /// SYN-ACK, which the server's host counts as a kernel RTO (a 1 s timer) even though no
+    /// read waits for it. Measured on the testbed (1 Gbit/s, 32 KiB port, 2 bulk flows, 16
+    /// and 64 x 32 and 256 KiB, 1 and 4 reads; four alternated pairs of runs): with the reset
+    /// 6,971-7,513 connections accepted and 3-9 host RTOs per run, all SYN-ACK timeouts;
+    /// without it 3,576-3,662 and 1-4, the same share of the link (49.6-51.9% against
+    /// 49.5-51.2%), and no data RTO. At 500 and 100 Mbit/s: 8-16 host RTOs per run against
+    /// 13-18 (docs/measurements.md, *Twenty-fourth session*). A read alone has no port to tell it
+    /// that the path is lossy, so its quiet reset never fires: it keeps this one.
     fn reset_abandoned(&mut self, fragment: usize) {
         for i in 0..self.conns.len() {
             let c = &self.conns[i];

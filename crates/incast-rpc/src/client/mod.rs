@@ -13,9 +13,11 @@
 //! read straight into the block at the offset the scheduler gives (one buffer, no copy beyond
 //! the kernel's), the CRC32C is updated on the way, and `End` confirms the grant only if the
 //! checksum matches. Bytes of a cancelled (hedged) request go to a scratch buffer and are
-//! dropped. Once a hedge wins, a connection that owes nothing but cancelled responses is
-//! reset (it is waiting out a lost tail, and its server would take a kernel RTO on it), and
-//! a connection dropped at a read's end with responses still owed is aborted the same way.
+//! dropped. A connection that owes nothing but cancelled responses is reset once it has
+//! been silent for 150 ms on a lossy port, or when a hedge would queue behind it (it is
+//! waiting out a lost tail, and its server would take a kernel RTO on it); a read alone
+//! resets it as soon as a hedge wins. A connection dropped at a read's end with responses
+//! still owed is aborted the same way.
 //! Why one task and not one per connection: per-connection tasks would need shared
 //! mutable access to the block (or a copy out of their own buffers); a read is bound by the
 //! link, not by one core, and concurrent reads still spread over the runtime's threads.
