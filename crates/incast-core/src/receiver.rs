@@ -362,7 +362,7 @@
 //! quick loss probe from Linux, but that is not traced).
 //!
 //! **What it costs: SYN-ACK timeouts.** More, smaller responses stall more often on such
-//! windows; a won hedge resets the stalled connection (see *Stalls on a lossy port*), and
+//! windows; the client resets a stalled connection (see *Stalls on a lossy port*), and
 //! the next grant to that server opens a new connection, whose SYN-ACK crosses the full
 //! port. A server's kernel counts the handshake timer of a lost SYN-ACK (1 s) as an RTO: 1,
 //! 1 and 4 host RTOs per 8 rows at 1 Gbit/s, all with a SYN-ACK sent again, against 0 and 0
@@ -387,6 +387,13 @@
 //! the reset on a won hedge as well: about 200 resets, 0 SYN-ACKs again, 46.1-47.7%; and
 //! at 100 Mbit/s 11 host RTOs of which at most 4 handshakes, against 16. Without the probe,
 //! leaving out that reset cut the resets to 477 but not the SYN-ACKs (3).
+//!
+//! Since the twenty-fourth session the client leaves a won hedge's original alone under
+//! the port (most such originals were slow, not stalled, and end by themselves; the quiet
+//! reset still ends those that wait out a lost tail): in four more alternated pairs at 1
+//! Gbit/s, 3,576-3,662 connections and 1-4 lost SYN-ACKs per run against 6,971-7,513 and
+//! 3-9, the same share of the link; the final runs had 0 and 2 (docs/measurements.md,
+//! *Twenty-fourth session*).
 //!
 //! # Late grants leave the budget
 //!
