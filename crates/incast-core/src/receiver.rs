@@ -392,8 +392,8 @@
 //! the port (most such originals were slow, not stalled, and end by themselves; the quiet
 //! reset still ends those that wait out a lost tail): in four more alternated pairs at 1
 //! Gbit/s, 3,576-3,662 connections and 1-4 lost SYN-ACKs per run against 6,971-7,513 and
-//! 3-9, the same share of the link; the final runs had 0 and 2 (docs/measurements.md,
-//! *Twenty-fourth session*).
+//! 3-9, the same share of the link; the four final runs had 0, 2, 3 and 1
+//! (docs/measurements.md, *Twenty-fourth session*).
 //!
 //! # Late grants leave the budget
 //!
