@@ -131,7 +131,7 @@ const CSV_FIELDS: &str =
     "strategy,layout,senders,sru_bytes,block_bytes,blocks,failed_blocks,goodput_mbps,line_rate_mbps,\
 line_rate_fraction,ideal_ms,p50_ms,p99_ms,max_ms,p99_over_ideal,kernel_rtos,blocks_with_rto,rto_free_fraction,\
 blocks_over_100ms,retransmits,hedges,grants,switch_drops,host_rtos,cc,buffer_bytes,rate_bps,elapsed_s,quic_requests,\
-quic_loss_events,quic_lost_packets,cpu_s_per_gib,concurrency,mean_ms,background_flows,background_mbps,machine_cpu_busy,hedges_won,hedges_spurious,budget_min,budget_max,delay_samples,delay_mean_us,delay_max_us,admission_wait_ms,batch,transfer_ms,hedges_denied,escalations,connections_reset,late_grants,host_syn_ack_retransmits,host_handshakes";
+quic_loss_events,quic_lost_packets,cpu_s_per_gib,concurrency,mean_ms,background_flows,background_mbps,machine_cpu_busy,hedges_won,hedges_spurious,budget_min,budget_max,delay_samples,delay_mean_us,delay_max_us,admission_wait_ms,batch,transfer_ms,hedges_denied,escalations,connections_reset,late_grants,host_syn_ack_retransmits,host_handshakes,host_rtos_warmup,host_handshakes_warmup";
 
 /// Writes one CSV row per result (the histogram stays in the JSON).
 pub fn write_csv(path: &Path, results: &[Measurement]) -> Result<(), WriteError> {
@@ -142,7 +142,7 @@ pub fn write_csv(path: &Path, results: &[Measurement]) -> Result<(), WriteError>
     for m in results {
         writeln!(
             w,
-            "{},{},{},{},{},{},{},{:.1},{:.1},{:.4},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{:.4},{},{},{},{},{},{},{},{},{},{:.3},{},{},{},{:.3},{},{:.3},{},{:.1},{:.3},{},{},{},{},{},{:.1},{:.1},{:.3},{},{:.3},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{:.1},{:.1},{:.4},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{:.4},{},{},{},{},{},{},{},{},{},{:.3},{},{},{},{:.3},{},{:.3},{},{:.1},{:.3},{},{},{},{},{},{:.1},{:.1},{:.3},{},{:.3},{},{},{},{},{},{},{},{}",
             m.strategy,
             m.layout,
             m.senders,
@@ -195,7 +195,9 @@ pub fn write_csv(path: &Path, results: &[Measurement]) -> Result<(), WriteError>
             m.connections_reset,
             m.late_grants,
             opt(m.host_syn_ack_retransmits),
-            opt(m.host_handshakes)
+            opt(m.host_handshakes),
+            opt(m.host_rtos_warmup),
+            opt(m.host_handshakes_warmup)
         )
         .map_err(&e)?;
     }
@@ -205,7 +207,7 @@ pub fn write_csv(path: &Path, results: &[Measurement]) -> Result<(), WriteError>
 /// Header of the table.
 pub fn table_header() -> String {
     format!(
-        "{:<10} {:>5} {:>3} {:>9} {:>9} {:>9} {:>6} {:>8} {:>8} {:>8} {:>8} {:>7} {:>6} {:>6} {:>8} {:>6} {:>6} {:>9} {:>6} {:>7} {:>5} {:>7} {:>11} {:>7}",
+        "{:<10} {:>5} {:>3} {:>9} {:>9} {:>9} {:>6} {:>8} {:>8} {:>8} {:>8} {:>7} {:>6} {:>7} {:>8} {:>6} {:>6} {:>9} {:>6} {:>7} {:>5} {:>7} {:>11} {:>7}",
         "strategy",
         "N",
         "R",
@@ -219,7 +221,7 @@ pub fn table_header() -> String {
         "max ms",
         "p99/id",
         "RTOs",
-        "hRTOs",
+        "hRTO w+r",
         "RTO-free",
         "drops",
         "hedges",
@@ -236,7 +238,12 @@ pub fn table_header() -> String {
 /// One row of the table.
 pub fn table_row(m: &Measurement) -> String {
     let drops = m.switch_drops.map_or("-".to_owned(), |d| d.to_string());
-    let host_rtos = m.host_rtos.map_or("-".to_owned(), |d| d.to_string());
+    // Host RTOs as warm-up + measured reads, where the split is known.
+    let host_rtos = match (m.host_rtos, m.host_rtos_warmup) {
+        (Some(all), Some(warm)) => format!("{}+{}", warm.min(all), all.saturating_sub(warm)),
+        (Some(all), None) => all.to_string(),
+        (None, _) => "-".to_owned(),
+    };
     // QUIC loss-recovery episodes, for strategies that sent anything over QUIC.
     let quic_losses = if m.quic_requests > 0 {
         m.quic_loss_events.to_string()
@@ -268,7 +275,7 @@ pub fn table_row(m: &Measurement) -> String {
         "-".to_owned()
     };
     format!(
-        "{:<10} {:>5} {:>3} {:>9} {:>9} {:>9.1} {:>5.1}% {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>7.2} {:>6} {:>6} {:>7.1}% {:>6} {:>6} {:>9} {:>6} {:>6.2}s {:>4.0}% {:>7} {:>11} {:>7.2}{failed}",
+        "{:<10} {:>5} {:>3} {:>9} {:>9} {:>9.1} {:>5.1}% {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>7.2} {:>6} {:>7} {:>7.1}% {:>6} {:>6} {:>9} {:>6} {:>6.2}s {:>4.0}% {:>7} {:>11} {:>7.2}{failed}",
         m.strategy,
         m.senders,
         m.concurrency,

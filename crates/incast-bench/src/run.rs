@@ -268,6 +268,14 @@ pub struct Measurement {
     /// every handshake whose SYN-ACK crossed the port, warm-up included. `None` off the
     /// testbed.
     pub host_handshakes: Option<u64>,
+    /// The part of `host_rtos` counted before the measured reads began (the warm-up, where
+    /// every connection of the configuration is opened). A handshake timer fires a second
+    /// after its SYN-ACK was lost, so a loss in the warm-up's last second counts after it.
+    /// `None` off the testbed.
+    pub host_rtos_warmup: Option<u64>,
+    /// The part of `host_handshakes` accepted during the warm-up; the rest are connections
+    /// opened again while the measured reads ran. `None` off the testbed.
+    pub host_handshakes_warmup: Option<u64>,
     /// Background bulk flows through the same port.
     pub background_flows: usize,
     /// Their goodput during the measured reads, Mbit/s.
@@ -355,11 +363,13 @@ impl Reader {
     }
 }
 
-/// Reads blocks as `spec` says. `on_block` is called after each measured read, and with the
-/// number of skipped reads when the time limit ends the run early.
+/// Reads blocks as `spec` says. `on_warm` is called once, after the warm-up and before the
+/// first measured read. `on_block` is called after each measured read, and with the number
+/// of skipped reads when the time limit ends the run early.
 pub async fn measure(
     servers: &[(ServerId, SocketAddr)],
     spec: &RunSpec,
+    on_warm: impl FnOnce(),
     mut on_block: impl FnMut(u64),
 ) -> Result<Measurement, RunError> {
     if spec.senders == 0 || spec.senders > servers.len() {
@@ -437,6 +447,7 @@ pub async fn measure(
             error,
         });
     }
+    on_warm();
     let hist = RefCell::new(Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds"));
     let m = RefCell::new(Measurement {
         strategy: spec.strategy.name().to_owned(),

@@ -186,7 +186,10 @@ fn measure_one(
     let counters =
         |tb: &Testbed| -> Result<_, TestbedError> { Ok((tb.qdisc_stats()?, tb.host_counters()?, bulk_rtos())) };
     let before = testbed.map(counters).transpose()?;
-    let r = rt.block_on(measure(addrs, run, on_block));
+    // The hosts' counters when the warm-up ends (an error there only loses the split).
+    let warm = std::cell::Cell::new(None);
+    let on_warm = || warm.set(testbed.and_then(|tb| tb.host_counters().ok()).map(|h| (h, bulk_rtos())));
+    let r = rt.block_on(measure(addrs, run, on_warm, on_block));
     if testbed.is_some() {
         // A connection abandoned after a hedge takes its RTO up to a minimum RTO later.
         std::thread::sleep(HOST_RTO_SETTLE);
@@ -208,6 +211,11 @@ fn measure_one(
         );
         m.host_syn_ack_retransmits = Some(hosts1.syn_ack_retransmits.saturating_sub(hosts0.syn_ack_retransmits));
         m.host_handshakes = Some(hosts1.handshakes.saturating_sub(hosts0.handshakes));
+        if let Some((w, bulk_w)) = warm.take() {
+            let rtos = w.rtos.saturating_sub(hosts0.rtos);
+            m.host_rtos_warmup = Some(rtos.saturating_sub(bulk_w.saturating_sub(bulk0)));
+            m.host_handshakes_warmup = Some(w.handshakes.saturating_sub(hosts0.handshakes));
+        }
         m.buffer_bytes = Some(tb.config().buffer_bytes);
         m.rate_bps = Some(tb.config().rate_bps);
     }
@@ -519,7 +527,7 @@ fn client_side(
                 min_time: Duration::ZERO,
                 ..base(st, 1, Layout::Block(LINE_RATE_BLOCK), 1)
             };
-            let m = rt.block_on(measure(&addrs, &probe, |_| {}))?;
+            let m = rt.block_on(measure(&addrs, &probe, || {}, |_| {}))?;
             line_rate = line_rate.max(m.goodput_mbps);
         }
     }
