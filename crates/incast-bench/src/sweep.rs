@@ -191,8 +191,11 @@ fn measure_one(
     let on_warm = || warm.set(testbed.and_then(|tb| tb.host_counters().ok()).map(|h| (h, bulk_rtos())));
     let r = rt.block_on(measure(addrs, run, on_warm, on_block));
     if testbed.is_some() {
-        // A connection abandoned after a hedge takes its RTO up to a minimum RTO later.
-        std::thread::sleep(HOST_RTO_SETTLE);
+        // A connection abandoned after a hedge takes its RTO up to a minimum RTO later. The
+        // wait runs on the runtime, as a service's would: the client's drains of connections
+        // its last reads left owing bytes go on meanwhile (a runtime that stood still here
+        // froze them past their servers' RTOs).
+        rt.block_on(async { tokio::time::sleep(HOST_RTO_SETTLE).await });
     }
     let after = testbed.map(counters).transpose()?;
     if let (true, Some(tb)) = (rto_route, testbed) {

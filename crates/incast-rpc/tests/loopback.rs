@@ -654,9 +654,22 @@ fn whole_grants_hedged_after_5ms(hedge_bytes: u64) -> Policy {
 /// answers after 250 ms and is too large for the hedge budget, so it keeps the read open
 /// while the stalled primary's bytes arrive. Grants time out after about 5 ms.
 async fn read_with_one_hedge(primary: Duration, replica: Duration, sharing: Sharing) -> incast_rpc::ReadOutput {
+    hedged_read(primary, replica, Duration::from_millis(250), sharing)
+        .await
+        .1
+}
+
+/// As [`read_with_one_hedge`], with fragment 1 answering after `other` (the read ends then),
+/// and the client kept.
+async fn hedged_read(
+    primary: Duration,
+    replica: Duration,
+    other: Duration,
+    sharing: Sharing,
+) -> (Client, incast_rpc::ReadOutput) {
     let primary = fake_server(primary, 0xEE).await;
     let replica = fake_server(replica, 0x11).await;
-    let other = fake_server(Duration::from_millis(250), 0x22).await;
+    let other = fake_server(other, 0x22).await;
     // A read may hedge half the port's burst: 20,000 bytes here, as the policy says.
     let receiver = incast_core::receiver::ReceiverConfig::builder()
         .hedge_burst(40_000)
@@ -685,7 +698,57 @@ async fn read_with_one_hedge(primary: Duration, replica: Duration, sharing: Shar
     assert!(out.block[20_000..].iter().all(|&b| b == 0x22));
     assert_eq!(out.report.fragments[0].server, Some(ServerId(1)));
     assert_eq!(out.report.fragments[0].hedges, 1);
-    out
+    (client, out)
+}
+
+/// Waits up to 2 s for the client's drains to end; returns (drained, reset, idle connections).
+async fn after_drains(client: &Client) -> (u64, u64, usize) {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let c = client.counters();
+        if c.connections_drained + c.drains_reset > 0 || Instant::now() > deadline {
+            return (c.connections_drained, c.drains_reset, client.idle_connections());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_original_still_owed_when_its_read_ends_is_drained_into_the_pool() {
+    // The read ends at about 40 ms, when fragment 1 arrives; the primary, whose hedge won
+    // at 20 ms, answers only at 100 ms (silent for less than the 150 ms that mean a stall).
+    // Its connection is drained after the read and pooled, not reset.
+    let (client, out) = hedged_read(
+        Duration::from_millis(100),
+        Duration::from_millis(20),
+        Duration::from_millis(40),
+        Sharing::Port,
+    )
+    .await;
+    assert_eq!(
+        (out.report.stats.hedges_won, out.report.connections_reset),
+        (1, 0),
+        "{:?}",
+        out.report
+    );
+    // Pooled at the read's end: the replica's and fragment 1's connections.
+    assert_eq!(client.idle_connections(), 2);
+    // (drained, reset, pooled): the primary's joins them.
+    assert_eq!(after_drains(&client).await, (1, 0, 3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_original_still_owed_when_its_read_ends_is_reset_once_silent() {
+    // As above, but the primary would answer only after 2 s: its connection is silent past
+    // 150 ms after the read, so the drain resets it and pools nothing.
+    let (client, _) = hedged_read(
+        Duration::from_secs(2),
+        Duration::from_millis(20),
+        Duration::from_millis(40),
+        Sharing::Port,
+    )
+    .await;
+    assert_eq!(after_drains(&client).await, (0, 1, 2));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,5 +1,7 @@
 //! One read over its sockets (and QUIC streams): the [`Driver`] a `fan_in_read` runs.
 
+mod drain;
+
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::future::Future;
@@ -1392,9 +1394,11 @@ impl<'a> Driver<'a> {
         self.dest
     }
 
-    /// Returns clean, idle connections to the pool; drops the rest.
+    /// Returns clean, idle connections to the pool, hands those that owe only cancelled
+    /// responses to a drain (see [`drain`]), and drops the rest.
     pub(super) fn release_connections(&mut self) {
         let mut idle = self.client.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let mut owing = Vec::new();
         for c in self.conns.drain(..) {
             let clean = matches!(c.rx, Rx::Header { have: 0, .. }) && c.tls.as_ref().is_none_or(Session::is_idle);
             // A server that left or moved during the read keeps no pooled connection.
@@ -1403,9 +1407,20 @@ impl<'a> Driver<'a> {
                 idle.entry((c.server, c.lane))
                     .or_default()
                     .push(Conn { waiting: false, ..c });
+            } else if !c.inflight.is_empty() && member {
+                owing.push(c);
             } else if !c.inflight.is_empty() {
                 abort_on_drop(&c.stream);
             }
+        }
+        drop(idle);
+        for c in owing {
+            let home = drain::Home::of(
+                &self.client.idle,
+                &self.client.counters,
+                self.client.membership.subscribe(),
+            );
+            drain::start(c, home);
         }
     }
 }

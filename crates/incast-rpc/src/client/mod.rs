@@ -16,8 +16,11 @@
 //! dropped. A connection that owes nothing but cancelled responses is reset once it has
 //! been silent for 150 ms on a lossy port, or when a hedge would queue behind it (it is
 //! waiting out a lost tail, and its server would take a kernel RTO on it); a read alone
-//! resets it as soon as a hedge wins. A connection dropped at a read's end with responses
-//! still owed is aborted the same way.
+//! resets it as soon as a hedge wins. A connection a read leaves owing only cancelled
+//! responses is drained by a task of its own after the read: pooled once its last owed
+//! `End` arrives, reset if it stays silent for those 150 ms (see `driver::drain`, and
+//! [`ClientCounters::connections_drained`]). Any other connection dropped with responses
+//! still owed is reset at once.
 //! Why one task and not one per connection: per-connection tasks would need shared
 //! mutable access to the block (or a copy out of their own buffers); a read is bound by the
 //! link, not by one core, and concurrent reads still spread over the runtime's threads.
@@ -39,7 +42,8 @@
 //! scheduler retries them on a replica or ends the read with an error naming the server. A
 //! read that passes its deadline ends with [`FanInError::Timeout`] naming the servers it was
 //! still waiting on. Connections go back to the pool only when they are idle and in a clean
-//! state; dropping the future of a read drops its connections, so the client stays usable.
+//! state (or, drained, once they are); dropping the future of a read drops its connections,
+//! so the client stays usable.
 //!
 //! # Layout
 //!
@@ -116,7 +120,7 @@ pub struct Client {
     config: ClientConfig,
     #[cfg(feature = "quic")]
     quic: Option<Arc<crate::quic::QuicClient>>,
-    idle: Mutex<HashMap<(ServerId, Lane), Vec<Conn>>>,
+    idle: Idle,
     last_tuning: Mutex<Option<String>>,
     reads: AtomicU64,
     /// RTT estimate carried from read to read (reads alone; the port carries its own).
@@ -124,8 +128,14 @@ pub struct Client {
     /// The client-wide receiver, with [`Sharing::Port`].
     port: Option<Arc<Port>>,
     /// Totals over every read, for [`Client::counters`].
-    counters: Counters,
+    counters: Arc<Counters>,
 }
+
+/// The pool: idle connections by (server, lane). Shared with the drainers of connections a
+/// read left owing bytes (see `driver::drain`), which may outlive the read.
+pub(in crate::client) type Idle = Arc<IdleMap>;
+/// Idle connections by (server, lane).
+pub(in crate::client) type IdleMap = Mutex<HashMap<(ServerId, Lane), Vec<Conn>>>;
 
 impl Client {
     /// A client for these servers, with the default configuration.
@@ -145,11 +155,11 @@ impl Client {
                 .map(|q| Arc::new(crate::quic::QuicClient::new(q, config.connect_timeout))),
             port: (config.sharing == Sharing::Port).then(|| Arc::new(Port::new(config.receiver.clone()))),
             config,
-            idle: Mutex::new(HashMap::new()),
+            idle: Arc::default(),
             last_tuning: Mutex::new(None),
             rtt: Mutex::new(None),
             reads: AtomicU64::new(0),
-            counters: Counters::default(),
+            counters: Arc::default(),
         }
     }
 

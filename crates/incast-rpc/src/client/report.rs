@@ -209,6 +209,11 @@ pub struct ClientCounters {
     pub retransmits: u64,
     /// QUIC loss-recovery episodes the servers reported.
     pub quic_loss_events: u64,
+    /// Connections a read left owing only cancelled responses that were drained after the
+    /// read and went back to the pool (instead of being reset and opened again).
+    pub connections_drained: u64,
+    /// Such connections reset after all: silent too long, or a malformed frame.
+    pub drains_reset: u64,
 }
 
 /// The client's running totals behind [`ClientCounters`].
@@ -225,6 +230,8 @@ pub(crate) struct Counters {
     kernel_rtos: AtomicU64,
     retransmits: AtomicU64,
     quic_loss_events: AtomicU64,
+    pub(crate) connections_drained: AtomicU64,
+    pub(crate) drains_reset: AtomicU64,
 }
 
 impl Counters {
@@ -265,6 +272,8 @@ impl Counters {
             kernel_rtos: get(&self.kernel_rtos),
             retransmits: get(&self.retransmits),
             quic_loss_events: get(&self.quic_loss_events),
+            connections_drained: get(&self.connections_drained),
+            drains_reset: get(&self.drains_reset),
         }
     }
 }
