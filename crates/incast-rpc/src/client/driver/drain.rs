@@ -155,6 +155,7 @@ async fn drain(mut c: Conn, home: Home) {
         }
         Some(stop) => {
             count(|k| &k.drains_reset);
+            #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
             let why = match stop {
                 Stop::Quiet => "silent".to_owned(),
                 Stop::Limit => format!("not drained within {DRAIN_LIMIT:?}"),
