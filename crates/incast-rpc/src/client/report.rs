@@ -210,7 +210,8 @@ pub struct ClientCounters {
     /// QUIC loss-recovery episodes the servers reported.
     pub quic_loss_events: u64,
     /// Connections a read left owing only cancelled responses that were drained after the
-    /// read and went back to the pool (instead of being reset and opened again).
+    /// read and went back to the pool (instead of being reset and opened again; unless the
+    /// pool already held 16 idle connections for that server and lane).
     pub connections_drained: u64,
     /// Such connections reset after all: silent too long, or a malformed frame.
     pub drains_reset: u64,
