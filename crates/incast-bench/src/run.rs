@@ -276,6 +276,12 @@ pub struct Measurement {
     /// The part of `host_handshakes` accepted during the warm-up; the rest are connections
     /// opened again while the measured reads ran. `None` off the testbed.
     pub host_handshakes_warmup: Option<u64>,
+    /// Connections the client drained after a read and pooled, during the measured reads
+    /// (`ClientCounters::connections_drained`; drains still running when the last read
+    /// ended are not counted).
+    pub connections_drained: u64,
+    /// Such drains that ended in a reset instead (`ClientCounters::drains_reset`).
+    pub drains_reset: u64,
     /// Background bulk flows through the same port.
     pub background_flows: usize,
     /// Their goodput during the measured reads, Mbit/s.
@@ -448,6 +454,14 @@ pub async fn measure(
         });
     }
     on_warm();
+    let drains = |r: &Reader| match r {
+        Reader::Library(c, _) => {
+            let k = c.counters();
+            (k.connections_drained, k.drains_reset)
+        }
+        Reader::Blocking(_) => (0, 0),
+    };
+    let drains_before = drains(&reader);
     let hist = RefCell::new(Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds"));
     let m = RefCell::new(Measurement {
         strategy: spec.strategy.name().to_owned(),
@@ -574,6 +588,9 @@ pub async fn measure(
     let bulk = background.bytes().saturating_sub(bulk_before);
     drop(background);
     let mut m = m.into_inner();
+    let drains_after = drains(&reader);
+    m.connections_drained = drains_after.0.saturating_sub(drains_before.0);
+    m.drains_reset = drains_after.1.saturating_sub(drains_before.1);
     if m.blocks < spec.blocks {
         (on_block.borrow_mut())(u64::from(spec.blocks - m.blocks));
     }
