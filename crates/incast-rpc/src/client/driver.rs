@@ -973,14 +973,7 @@ impl<'a> Driver<'a> {
             let c = &mut self.conns[i];
             let r = match &mut c.rx {
                 Rx::Header { buf, have } => read_some(&c.stream, &mut c.tls, &mut buf[*have..]),
-                Rx::Control { header, buf } => {
-                    let have = buf.len();
-                    let want = header.len as usize - have;
-                    buf.resize(have + want, 0);
-                    let r = read_some(&c.stream, &mut c.tls, &mut buf[have..]);
-                    buf.truncate(have + *r.as_ref().unwrap_or(&0));
-                    r
-                }
+                Rx::Control { header, buf } => fill_control(header, buf, |b| read_some(&c.stream, &mut c.tls, b)),
                 Rx::Data { id, left } => {
                     let Some(f) = c.inflight.front() else {
                         return Outcome::Broken(format!("{server} sent data for request {id}, none is pending"));
@@ -1478,6 +1471,20 @@ async fn connect(
         };
     }
     Ok((stream, None, report))
+}
+
+/// Reads the rest of a control frame's payload into `buf` (which holds what arrived so far)
+/// with `read`, keeping only the bytes read.
+fn fill_control(
+    header: &Header,
+    buf: &mut Vec<u8>,
+    read: impl FnOnce(&mut [u8]) -> io::Result<usize>,
+) -> io::Result<usize> {
+    let have = buf.len();
+    buf.resize(header.len as usize, 0);
+    let r = read(&mut buf[have..]);
+    buf.truncate(have + *r.as_ref().unwrap_or(&0));
+    r
 }
 
 /// A live connection whose every outstanding response was cancelled (hedged away): nothing

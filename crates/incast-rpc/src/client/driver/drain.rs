@@ -53,7 +53,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use super::{abort_on_drop, owes_only_cancelled, Conn, Rx, QUIET_RESET_AFTER};
+use super::{abort_on_drop, fill_control, owes_only_cancelled, Conn, Rx, QUIET_RESET_AFTER};
 use crate::client::report::Counters;
 use crate::client::{Idle, IdleMap};
 use crate::wire::{Frame, Header, Kind, HEADER_LEN};
@@ -73,11 +73,11 @@ const DRAIN_SCRATCH: usize = 16 * 1024;
 
 /// What a drain needs of its client: it may outlive the read, and the client too.
 pub(in crate::client) struct Home {
-    pub(in crate::client) idle: Weak<IdleMap>,
-    pub(in crate::client) counters: Weak<Counters>,
+    idle: Weak<IdleMap>,
+    counters: Weak<Counters>,
     /// The client's membership epoch when the read ended: a change means a server left or
     /// moved, and the drained connection is not pooled.
-    pub(in crate::client) membership: watch::Receiver<u64>,
+    membership: watch::Receiver<u64>,
 }
 
 impl Home {
@@ -130,19 +130,20 @@ async fn drain(mut c: Conn, home: Home) {
             Ok(Ok(())) => {}
             Ok(Err(e)) => break Some(Stop::Failed(format!("waiting on {}: {e}", c.server))),
             Err(_) if Instant::now() >= limit_at => break Some(Stop::Limit),
-            Err(_) if Instant::now() >= c.quiet_since + QUIET_RESET_AFTER => break Some(Stop::Quiet),
+            Err(_) if Instant::now() >= quiet_at => break Some(Stop::Quiet),
             Err(_) => {}
         }
     };
-    let counters = home.counters.upgrade();
-    let count = |pick: fn(&Counters) -> &std::sync::atomic::AtomicU64| {
-        if let Some(k) = &counters {
-            pick(k).fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-    };
+    if let Some(k) = home.counters.upgrade() {
+        let which = if stop.is_none() {
+            &k.connections_drained
+        } else {
+            &k.drains_reset
+        };
+        which.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
     match stop {
         None => {
-            count(|k| &k.connections_drained);
             crate::trace::event!(debug, server = %c.server, took_us = began.elapsed().as_micros() as u64, "connection drained after its read");
             let moved = home.membership.has_changed().unwrap_or(true);
             if let (Some(idle), false) = (home.idle.upgrade(), moved) {
@@ -154,7 +155,6 @@ async fn drain(mut c: Conn, home: Home) {
             }
         }
         Some(stop) => {
-            count(|k| &k.drains_reset);
             #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
             let why = match stop {
                 Stop::Quiet => "silent".to_owned(),
@@ -182,13 +182,7 @@ fn drain_some(c: &mut Conn, scratch: &mut [u8]) -> Result<bool, String> {
                 let n = (*left as usize).min(scratch.len());
                 c.stream.try_read(&mut scratch[..n])
             }
-            Rx::Control { header, buf } => {
-                let have = buf.len();
-                buf.resize(header.len as usize, 0);
-                let r = c.stream.try_read(&mut buf[have..]);
-                buf.truncate(have + *r.as_ref().unwrap_or(&0));
-                r
-            }
+            Rx::Control { header, buf } => fill_control(header, buf, |b| c.stream.try_read(b)),
         };
         let n = match r {
             Ok(0) => return Err(format!("{server} closed the connection")),
