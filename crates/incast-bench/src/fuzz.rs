@@ -128,6 +128,10 @@ fn valid(rng: &mut Rng) -> Vec<u8> {
             id,
             crc32c: Some(rng.next() as u32),
             counters: None,
+            at_start: (rng.below(2) == 0).then(|| incast_rpc::wire::StartCounters {
+                retransmits: rng.next() as u32,
+                rtos: rng.next() as u32,
+            }),
             cancelled: rng.below(2) == 0,
         },
         6 => Frame::Error {

@@ -154,6 +154,7 @@ async fn serve(mut conn: tokio::net::TcpStream, lie: Lie, sent: Arc<AtomicU64>) 
             id,
             crc32c: crc,
             counters: None,
+            at_start: None,
             cancelled: false,
         }
         .encode(&mut out);

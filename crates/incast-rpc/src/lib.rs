@@ -46,7 +46,7 @@ pub mod wire;
 
 pub use client::{
     Client, ClientConfig, ClientConfigBuilder, ClientConfigError, ClientCounters, CompletedFragment, FanInError,
-    FragmentReport, FragmentStream, ReadOutput, ReadReport, Transport,
+    FragmentReport, FragmentStream, LateCounters, ReadOutput, ReadReport, Transport,
 };
 pub use port::Sharing;
 pub use server::{serve, ServerConfig, ServerConfigBuilder, ServerConfigError, ServerHandle, ServerStats};

@@ -40,7 +40,8 @@ use crate::store::{FragmentStore, StoreError};
 use crate::tcpinfo::TcpInfo;
 use crate::tune::SocketTuning;
 use crate::wire::{
-    ErrorCode, Frame, Header, Kind, TcpCounters, WireError, HEADER_LEN, MAX_CONTROL_PAYLOAD, MAX_DATA_PAYLOAD,
+    ErrorCode, Frame, Header, Kind, StartCounters, TcpCounters, WireError, HEADER_LEN, MAX_CONTROL_PAYLOAD,
+    MAX_DATA_PAYLOAD,
 };
 
 /// Default connection limit (1024).
@@ -485,9 +486,73 @@ pub(crate) struct Ctx<S> {
 }
 
 /// Where a response is written: a TCP socket or a QUIC stream. `counters` fills the `End`
-/// frame's transport counters.
+/// frame's transport counters, `at_start` its counters from the response's start.
 pub(crate) trait Sink: AsyncWrite + Unpin + Send {
     fn counters(&self) -> Option<TcpCounters>;
+
+    /// The counters when the response being written began ([`StartCounters`]); `None` where
+    /// nobody took them.
+    fn at_start(&self) -> Option<StartCounters> {
+        None
+    }
+}
+
+/// A sink that took its socket's counters when the response it writes began, for the
+/// `End` frame's `at_start` (see [`StartCounters`] for why). One TCP_INFO read per response
+/// more, on the server.
+struct Started<'a, W> {
+    wr: &'a mut W,
+    at_start: Option<StartCounters>,
+}
+
+impl<'a, W: Sink> Started<'a, W> {
+    fn new(wr: &'a mut W) -> Self {
+        let at_start = wr.counters().map(|c| StartCounters::of(&c));
+        Self { wr, at_start }
+    }
+}
+
+impl<W: AsyncWrite + Unpin> AsyncWrite for Started<'_, W> {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        std::pin::Pin::new(&mut *self.get_mut().wr).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> std::task::Poll<io::Result<usize>> {
+        std::pin::Pin::new(&mut *self.get_mut().wr).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.wr.is_write_vectored()
+    }
+
+    fn poll_flush(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<io::Result<()>> {
+        std::pin::Pin::new(&mut *self.get_mut().wr).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::pin::Pin::new(&mut *self.get_mut().wr).poll_shutdown(cx)
+    }
+}
+
+impl<W: Sink> Sink for Started<'_, W> {
+    fn counters(&self) -> Option<TcpCounters> {
+        self.wr.counters()
+    }
+
+    fn at_start(&self) -> Option<StartCounters> {
+        self.at_start
+    }
 }
 
 impl Sink for OwnedWriteHalf {
@@ -834,7 +899,8 @@ async fn write_responses<S: FragmentStore, W: TcpSink>(
                 if let Some((peer_port, _)) = traced {
                     tracing::trace!(peer_port, id, len, "serving");
                 }
-                let r = respond_any(&mut wr, &mut buf, &cancelled, ctx, id, &key, offset, len, open).await;
+                let mut started = Started::new(&mut wr);
+                let r = respond_any(&mut started, &mut buf, &cancelled, ctx, id, &key, offset, len, open).await;
                 #[cfg(feature = "tracing")]
                 if let Some((peer_port, began)) = traced {
                     let took_us = began.elapsed().as_micros() as u64;
@@ -1004,6 +1070,7 @@ fn end_frame<W: Sink>(id: u64, crc32c: Option<u32>, cancelled: bool, wr: &W) -> 
         id,
         crc32c,
         counters: wr.counters(),
+        at_start: wr.at_start(),
         cancelled,
     }
 }

@@ -14,7 +14,7 @@
 //! | 1 `Request` | client to server | object offset `u64`, length `u64`, key length `u16`, key (UTF-8), then the pacing rate `u64` in bytes per second (if flag bit 0) |
 //! | 2 `Cancel` | client to server | empty: stop sending request `id` |
 //! | 3 `Data` | server to client | bytes of request `id`, in order, at most [`MAX_DATA_PAYLOAD`] per frame |
-//! | 4 `End` | server to client | CRC32C `u32` (if flag bit 0), then the server socket's TCP counters (if flag bit 1): RTT us, retransmits, RTOs, RTO recoveries, RTO time ms, five `u32` |
+//! | 4 `End` | server to client | CRC32C `u32` (if flag bit 0), then the server socket's TCP counters (if flag bit 1): RTT us, retransmits, RTOs, RTO recoveries, RTO time ms, five `u32`; then (if flag bit 3) the socket's retransmits and RTOs when the server began this response, two `u32` |
 //! | 5 `Error` | server to client | code `u16`, message (UTF-8); id 0 means the whole connection |
 //! | 6 `OpenRequest` | client to server | object offset `u64`, length `u64`, size limit `u64`, key length `u16`, query length `u16`, key (UTF-8), query (if flag bit 1), then the pacing rate `u64` (if flag bit 0) |
 //! | 7 `Length` | server to client | the size `u64` of the object (or of the query's answer) that request `id` reads |
@@ -36,6 +36,14 @@
 //! the range as exists), then `End`; or an `Error` for that id. After a
 //! `Cancel` it may stop early: the `End` then carries flag bit 2 (cancelled) and the data
 //! sent so far is short.
+//!
+//! **Counters at a response's start.** An `End` is written when the response's last byte
+//! is, so an RTO that repairs a lost tail fires after it: the `End` cannot count it, and the
+//! connection's next `End` does. Without more, that next response (often another read's)
+//! looks as if its socket took the RTO. Flag bit 3 adds the socket's counters from when the
+//! server began the response: what changed before that belongs to the earlier responses on
+//! the connection, what changed after to this one (see [`StartCounters`]). The `End` payload
+//! is then 32 bytes instead of 24; a client older than this flag refuses it (`BadLength`).
 //!
 //! **Bounds before allocation.** [`Header::decode`] rejects a frame whose payload length
 //! exceeds the bound of its kind ([`MAX_DATA_PAYLOAD`] for data, [`MAX_OPEN_REQUEST_PAYLOAD`]
@@ -62,8 +70,10 @@ pub const MAX_DATA_PAYLOAD: u32 = 1 << 20;
 pub const MAX_CONTROL_PAYLOAD: u32 = 2048;
 /// Longest error message, in bytes.
 pub const MAX_ERROR_MESSAGE: usize = 1024;
-/// Payload length of an `End` frame.
+/// Payload length of an `End` frame without the counters at the response's start.
 pub const END_PAYLOAD: u32 = 24;
+/// Payload length of an `End` frame with the counters at the response's start (flag bit 3).
+pub const END_PAYLOAD_WITH_START: u32 = END_PAYLOAD + 8;
 /// Payload length of a `Length` frame.
 pub const LENGTH_PAYLOAD: u32 = 8;
 /// Largest payload of an `OpenRequest` (the longest key and query, and a pace: about 17 KiB).
@@ -72,6 +82,7 @@ pub const MAX_OPEN_REQUEST_PAYLOAD: u32 = (OPEN_FIXED + MAX_KEY_LEN + MAX_QUERY_
 const END_HAS_CRC: u16 = 1;
 const END_HAS_COUNTERS: u16 = 2;
 const END_CANCELLED: u16 = 4;
+const END_HAS_START: u16 = 8;
 const REQUEST_HAS_PACE: u16 = 1;
 const REQUEST_FIXED: usize = 18;
 const OPEN_HAS_QUERY: u16 = 2;
@@ -118,7 +129,7 @@ impl Kind {
             Kind::Request => (REQUEST_FIXED as u32, (REQUEST_FIXED + MAX_KEY_LEN + PACE_LEN) as u32),
             Kind::Cancel => (0, 0),
             Kind::Data => (0, MAX_DATA_PAYLOAD),
-            Kind::End => (END_PAYLOAD, END_PAYLOAD),
+            Kind::End => (END_PAYLOAD, END_PAYLOAD_WITH_START),
             Kind::Error => (2, MAX_CONTROL_PAYLOAD),
             Kind::OpenRequest => (OPEN_FIXED as u32, MAX_OPEN_REQUEST_PAYLOAD),
             Kind::Length => (LENGTH_PAYLOAD, LENGTH_PAYLOAD),
@@ -243,13 +254,29 @@ impl Header {
             return Err(WireError::BadLength { kind, len, min, max });
         }
         let allowed = match kind {
-            Kind::End => END_HAS_CRC | END_HAS_COUNTERS | END_CANCELLED,
+            Kind::End => END_HAS_CRC | END_HAS_COUNTERS | END_CANCELLED | END_HAS_START,
             Kind::Request => REQUEST_HAS_PACE,
             Kind::OpenRequest => REQUEST_HAS_PACE | OPEN_HAS_QUERY,
             _ => 0,
         };
         if flags & !allowed != 0 {
             return Err(WireError::UnknownFlags { kind, flags });
+        }
+        if kind == Kind::End {
+            // The length follows the flag exactly: 24 bytes without the start counters, 32 with.
+            let want = if flags & END_HAS_START != 0 {
+                END_PAYLOAD_WITH_START
+            } else {
+                END_PAYLOAD
+            };
+            if len != want {
+                return Err(WireError::BadLength {
+                    kind,
+                    len,
+                    min: want,
+                    max: want,
+                });
+            }
         }
         if id == 0 && kind != Kind::Error {
             return Err(WireError::ZeroId { kind });
@@ -282,6 +309,35 @@ pub struct TcpCounters {
     pub rto_recoveries: u32,
     /// Time spent in RTO recovery, ms (`tcpi_total_rto_time`, Linux 6.7+).
     pub rto_time_ms: u32,
+}
+
+/// A server socket's counters when the server began a response ([`Frame::End`]'s
+/// `at_start`), from the same TCP_INFO fields as [`TcpCounters`].
+///
+/// Why: the counters an `End` carries are read when the response's last byte is written,
+/// before its tail has been acknowledged. An RTO that repairs a lost tail fires after that,
+/// so it shows first in the connection's next `End`. With the counters at the next
+/// response's start, a client tells the two apart: what changed between the previous `End`
+/// and this start belongs to the earlier responses (their tails), what changed from this
+/// start to this `End` to this response. A response that starts while an earlier tail is
+/// still unrepaired queues behind it (TCP delivers in order), so an RTO that fires then
+/// counts for this one: it waited for it too.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StartCounters {
+    /// Segments retransmitted over the connection's life (`tcpi_total_retrans`).
+    pub retransmits: u32,
+    /// Retransmission timeouts over the connection's life (`tcpi_total_rto`, Linux 6.7+).
+    pub rtos: u32,
+}
+
+impl StartCounters {
+    /// The start counters of a socket whose counters are `c`.
+    pub fn of(c: &TcpCounters) -> Self {
+        Self {
+            retransmits: c.retransmits,
+            rtos: c.rtos,
+        }
+    }
 }
 
 /// Error codes of `Error` frames.
@@ -400,6 +456,9 @@ pub enum Frame {
         crc32c: Option<u32>,
         /// The server socket's counters, if it could read them.
         counters: Option<TcpCounters>,
+        /// The socket's counters when the server began this response (flag bit 3), if it
+        /// read them: see [`StartCounters`].
+        at_start: Option<StartCounters>,
         /// The server stopped early because of a `Cancel`.
         cancelled: bool,
     },
@@ -473,6 +532,7 @@ impl Frame {
             Frame::End {
                 crc32c,
                 counters,
+                at_start,
                 cancelled,
                 ..
             } => {
@@ -481,9 +541,14 @@ impl Frame {
                 for v in [c.rtt_us, c.retransmits, c.rtos, c.rto_recoveries, c.rto_time_ms] {
                     out.put_u32(v);
                 }
+                if let Some(s) = at_start {
+                    out.put_u32(s.retransmits);
+                    out.put_u32(s.rtos);
+                }
                 let flags = if crc32c.is_some() { END_HAS_CRC } else { 0 }
                     | if counters.is_some() { END_HAS_COUNTERS } else { 0 }
-                    | if *cancelled { END_CANCELLED } else { 0 };
+                    | if *cancelled { END_CANCELLED } else { 0 }
+                    | if at_start.is_some() { END_HAS_START } else { 0 };
                 (Kind::End, flags)
             }
             Frame::Error { code, message, .. } => {
@@ -621,6 +686,10 @@ impl Frame {
                     id,
                     crc32c: (h.flags & END_HAS_CRC != 0).then(|| w(0)),
                     counters: (h.flags & END_HAS_COUNTERS != 0).then_some(counters),
+                    at_start: (h.flags & END_HAS_START != 0).then(|| StartCounters {
+                        retransmits: w(24),
+                        rtos: w(28),
+                    }),
                     cancelled: h.flags & END_CANCELLED != 0,
                 }
             }
@@ -826,6 +895,7 @@ mod tests {
                 id: 4,
                 crc32c: Some(0xDEAD_BEEF),
                 counters: None,
+                at_start: None,
                 cancelled: false,
             },
             Frame::End {
@@ -838,7 +908,24 @@ mod tests {
                     rto_recoveries: 4,
                     rto_time_ms: 5,
                 }),
+                at_start: None,
                 cancelled: true,
+            },
+            Frame::End {
+                id: 5,
+                crc32c: Some(1),
+                counters: Some(TcpCounters {
+                    rtt_us: 10,
+                    retransmits: 20,
+                    rtos: 30,
+                    rto_recoveries: 40,
+                    rto_time_ms: 50,
+                }),
+                at_start: Some(StartCounters {
+                    retransmits: 6,
+                    rtos: 7,
+                }),
+                cancelled: false,
             },
             Frame::Error {
                 id: 0,
@@ -902,6 +989,34 @@ mod tests {
         }
         .encode();
         assert!(matches!(decode(&flags), Err(WireError::UnknownFlags { .. })));
+    }
+
+    #[test]
+    fn an_end_frames_length_follows_its_start_counters_flag() {
+        let end = |flags, len| {
+            Header::decode(
+                &Header {
+                    kind: Kind::End,
+                    flags,
+                    len,
+                    id: 1,
+                }
+                .encode(),
+            )
+        };
+        assert!(end(END_HAS_START, END_PAYLOAD_WITH_START).is_ok());
+        assert!(end(END_HAS_COUNTERS, END_PAYLOAD).is_ok());
+        for (flags, len) in [
+            (END_HAS_START, END_PAYLOAD),
+            (END_HAS_COUNTERS, END_PAYLOAD_WITH_START),
+            (0, END_PAYLOAD + 4),
+        ] {
+            assert!(
+                matches!(end(flags, len), Err(WireError::BadLength { kind: Kind::End, .. })),
+                "flags {flags:#x}, {len} bytes: {:?}",
+                end(flags, len)
+            );
+        }
     }
 
     #[test]

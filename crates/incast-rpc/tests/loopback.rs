@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use incast_core::{Fragment, GrantSize, Hedging, Policy, ReadError, RtoBounds, ServerId, Stripe};
 use incast_rpc::store::{Delayed, MemStore};
-use incast_rpc::wire::{decode, ErrorCode, Frame, Header, Kind, TcpCounters, HEADER_LEN};
-use incast_rpc::{serve, Client, ClientConfig, FanInError, ServerConfig, ServerHandle, Sharing};
+use incast_rpc::wire::{decode, ErrorCode, Frame, Header, Kind, StartCounters, TcpCounters, HEADER_LEN};
+use incast_rpc::{serve, Client, ClientConfig, FanInError, LateCounters, ServerConfig, ServerHandle, Sharing};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -435,14 +435,21 @@ async fn garbage_and_oversized_frames_get_a_typed_error_and_the_server_keeps_ser
             payload: Bytes::from(object(0, 4))
         }
     );
-    assert!(matches!(
-        frames[3],
-        Frame::End {
-            id: 3,
-            crc32c: Some(_),
-            ..
-        }
-    ));
+    // With the socket's counters, and those from when the server began the response.
+    assert!(
+        matches!(
+            frames[3],
+            Frame::End {
+                id: 3,
+                crc32c: Some(_),
+                counters: Some(_),
+                at_start: Some(_),
+                ..
+            }
+        ),
+        "{:?}",
+        frames[3]
+    );
     // Real reads still work.
     let out = c
         .client
@@ -591,6 +598,7 @@ async fn fake_server_with(
                                 id,
                                 crc32c,
                                 counters,
+                                at_start: None,
                                 cancelled: false,
                             }
                             .encode(&mut out);
@@ -735,6 +743,108 @@ async fn a_slow_original_still_owed_when_its_read_ends_is_drained_into_the_pool(
     assert_eq!(client.idle_connections(), 2);
     // (drained, reset, pooled): the primary's joins them.
     assert_eq!(after_drains(&client).await, (1, 0, 3));
+}
+
+/// A fake server whose `n`th response on a connection (from 0) reports `rtos[n]`: the
+/// socket's RTOs at the response's start and at its `End` (a real socket's counters only
+/// grow). It answers with `len` bytes of 0x33, at once.
+async fn counting_server(rtos: Vec<(u32, u32)>) -> std::net::SocketAddr {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let rtos = Arc::new(rtos);
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let rtos = rtos.clone();
+            tokio::spawn(async move {
+                let (mut got, mut buf, mut n) = (Vec::new(), vec![0u8; 4096], 0);
+                loop {
+                    while let Ok(Some((f, used))) = decode(&got) {
+                        got.drain(..used);
+                        if let Frame::Request { id, len, .. } = f {
+                            let (start, end) = rtos.get(n).copied().unwrap_or((0, 0));
+                            n += 1;
+                            let mut out = Vec::new();
+                            let payload = vec![0x33; len as usize];
+                            let crc32c = Some(crc32c::crc32c(&payload));
+                            Frame::Data {
+                                id,
+                                payload: Bytes::from(payload),
+                            }
+                            .encode(&mut out);
+                            Frame::End {
+                                id,
+                                crc32c,
+                                counters: Some(TcpCounters {
+                                    rtos: end,
+                                    ..TcpCounters::default()
+                                }),
+                                at_start: Some(StartCounters {
+                                    rtos: start,
+                                    retransmits: 0,
+                                }),
+                                cancelled: false,
+                            }
+                            .encode(&mut out);
+                            if s.write_all(&out).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rtos_a_connection_reports_after_its_read_ended_are_that_reads_not_the_next_ones() {
+    // Three reads of one fragment over one pooled connection. The socket took 2 RTOs after
+    // the first response's `End` was written (its tail was lost), which the second
+    // response's start counters show, and 1 while serving the second: the second read
+    // reports 1 of its own and 2 for the first. The third response starts where the second
+    // ended: nothing late.
+    for sharing in [Sharing::Port, Sharing::PerRead] {
+        let server = counting_server(vec![(0, 0), (2, 3), (3, 3)]).await;
+        let config = ClientConfig::builder().sharing(sharing).build().unwrap();
+        let client = Client::with_config([(ServerId(0), server)], config);
+        let stripe = Stripe::new(vec![Fragment::new(ServerId(0), "k", 0, 4_000)]).unwrap();
+        let mut reports = Vec::new();
+        for _ in 0..3 {
+            let out = client.fan_in_read(&stripe, &Policy::default()).await.unwrap();
+            assert_eq!(out.block, vec![0x33; 4_000]);
+            reports.push(out.report);
+        }
+        let [a, b, c] = &reports[..] else { unreachable!() };
+        assert_eq!(
+            (a.connects, b.connects, c.connects),
+            (1, 0, 0),
+            "{sharing:?}: one pooled connection"
+        );
+        assert_eq!(
+            (a.kernel_rtos, b.kernel_rtos, c.kernel_rtos),
+            (0, 1, 0),
+            "{sharing:?}: {reports:?}"
+        );
+        assert_eq!(b.fragments[0].kernel_rtos, 1);
+        assert_eq!(
+            b.late,
+            vec![LateCounters {
+                read: a.read,
+                rtos: 2,
+                retransmits: 0
+            }],
+            "{sharing:?}"
+        );
+        assert!(a.late.is_empty() && c.late.is_empty(), "{sharing:?}: {reports:?}");
+        assert_eq!((a.read + 1, a.read + 2), (b.read, c.read));
+        // The client's totals count every RTO once.
+        assert_eq!(client.counters().kernel_rtos, 3, "{sharing:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

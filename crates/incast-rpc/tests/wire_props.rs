@@ -6,7 +6,9 @@
 //! release builds, 500 in debug; `PROPTEST_CASES` overrides).
 
 use bytes::Bytes;
-use incast_rpc::wire::{decode, ErrorCode, Frame, TcpCounters, HEADER_LEN, MAX_DATA_PAYLOAD, MAX_KEY_LEN, VERSION};
+use incast_rpc::wire::{
+    decode, ErrorCode, Frame, StartCounters, TcpCounters, HEADER_LEN, MAX_DATA_PAYLOAD, MAX_KEY_LEN, VERSION,
+};
 use proptest::prelude::*;
 
 fn config() -> ProptestConfig {
@@ -29,6 +31,10 @@ fn frame() -> impl Strategy<Value = Frame> {
         rtos: c[2],
         rto_recoveries: c[3],
         rto_time_ms: c[4],
+    }));
+    let at_start = proptest::option::of(any::<[u32; 2]>().prop_map(|c| StartCounters {
+        retransmits: c[0],
+        rtos: c[1],
     }));
     let code = prop_oneof![
         Just(ErrorCode::NotFound),
@@ -78,14 +84,20 @@ fn frame() -> impl Strategy<Value = Frame> {
             id,
             payload: Bytes::from(p)
         }),
-        (id, proptest::option::of(any::<u32>()), counters, any::<bool>()).prop_map(
-            |(id, crc32c, counters, cancelled)| Frame::End {
+        (
+            id,
+            proptest::option::of(any::<u32>()),
+            counters,
+            at_start,
+            any::<bool>()
+        )
+            .prop_map(|(id, crc32c, counters, at_start, cancelled)| Frame::End {
                 id,
                 crc32c,
                 counters,
+                at_start,
                 cancelled
-            }
-        ),
+            }),
         (any::<u64>(), code, "[ -~]{0,200}").prop_map(|(id, code, message)| Frame::Error { id, code, message }),
     ]
 }

@@ -18,11 +18,11 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use super::dest::Dest;
-use super::{Client, FanInError, FragmentReport, ReadReport, Transport};
+use super::{Client, FanInError, FragmentReport, LateCounters, ReadReport, Transport};
 use crate::port::ReadSched;
 use crate::timer::HrTimer;
 use crate::tune::{rearm_quickack, SocketTuning, TuningReport};
-use crate::wire::{self, ErrorCode, Frame, Header, Kind, TcpCounters, WireError, HEADER_LEN};
+use crate::wire::{self, ErrorCode, Frame, Header, Kind, StartCounters, TcpCounters, WireError, HEADER_LEN};
 
 #[cfg(feature = "tls")]
 use crate::tls::Session;
@@ -164,7 +164,13 @@ pub(super) struct Conn {
     inflight: VecDeque<Inflight>,
     out: Vec<u8>,
     next_req: u64,
+    /// The server socket's counters in the last `End` a read saw on this connection.
     counters: Option<TcpCounters>,
+    /// Whose responses what the server's socket counted after `counters` belongs to.
+    last_end: LastEnd,
+    /// The number of the read that holds the connection, or held it last
+    /// ([`ReadReport::read`]).
+    read: u64,
     broken: bool,
     waiting: bool,
     /// When the connection last made progress: its last bytes read, or the request that
@@ -173,6 +179,64 @@ pub(super) struct Conn {
     /// The runtime whose reactor the socket is registered with: the pool hands it only to
     /// reads on that runtime (a socket of a runtime that shut down never becomes ready).
     pub(super) runtime: tokio::runtime::Id,
+}
+
+/// Whose responses the counters a server's socket took after a connection's last `End`
+/// (its `counters`) belong to, when the next `End` says how many were taken before its
+/// response began ([`crate::wire::StartCounters`]): the RTO that repairs a lost tail fires
+/// after that tail's `End` was written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LastEnd {
+    /// No `End` yet on a new connection: what its socket counted before the first response
+    /// (the timer of a lost SYN-ACK) is the opening read's, which waited for it.
+    Opened,
+    /// The last `End` ended a response for this fragment of the read holding the connection.
+    Here { fragment: usize },
+    /// The connection came from the pool: read `read` held it last, and its responses' tails
+    /// (those a drain dropped too) are what was counted since.
+    Earlier { read: u64 },
+}
+
+/// What one `End` says a response's socket counted, split by whose it is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Split {
+    /// RTOs and retransmits from the response's start to its `End`: this response's.
+    own: (u32, u32),
+    /// RTOs and retransmits from the previous `End` to this response's start: the earlier
+    /// responses' ([`LastEnd`]).
+    earlier: (u32, u32),
+}
+
+impl Split {
+    /// Splits an `End`'s counters (`counters`, `at_start`) against the last ones seen on the
+    /// connection (`last`; `None` on a new connection, whose counters start at 0). Without
+    /// `at_start` (a server older than it) everything since `last` is this response's, as it
+    /// was before servers sent it. Counters only grow; a smaller value (a server that lies)
+    /// counts as no change.
+    fn of(counters: Option<TcpCounters>, at_start: Option<StartCounters>, last: Option<TcpCounters>) -> Self {
+        let Some(new) = counters else {
+            return Self::default();
+        };
+        let base = last.map_or(StartCounters::default(), |c| StartCounters::of(&c));
+        let diff = |to: StartCounters, from: StartCounters| {
+            (
+                to.rtos.saturating_sub(from.rtos),
+                to.retransmits.saturating_sub(from.retransmits),
+            )
+        };
+        let end = StartCounters::of(&new);
+        match at_start {
+            // A start past the end is impossible for a real socket: trust the end alone.
+            Some(start) if start.rtos <= end.rtos && start.retransmits <= end.retransmits => Self {
+                own: diff(end, start),
+                earlier: diff(start, base),
+            },
+            _ => Self {
+                own: diff(end, base),
+                earlier: (0, 0),
+            },
+        }
+    }
 }
 
 /// A watched connection became readable (or waiting on it failed).
@@ -617,6 +681,8 @@ impl<'a> Driver<'a> {
             out: Vec::new(),
             next_req: 1,
             counters: None,
+            last_end: LastEnd::Opened,
+            read: self.report.read,
             broken: false,
             waiting: false,
             quiet_since: now,
@@ -859,6 +925,9 @@ impl<'a> Driver<'a> {
             .take_idle((server, lane), self.runtime)
             .filter(|c| c.addr == addr)
         {
+            let mut conn = conn;
+            conn.last_end = LastEnd::Earlier { read: conn.read };
+            conn.read = self.report.read;
             self.conns.push(conn);
             let i = self.conns.len() - 1;
             self.by_lane.insert((server, lane), i);
@@ -1136,28 +1205,35 @@ impl<'a> Driver<'a> {
                 id,
                 crc32c,
                 counters,
+                at_start,
                 cancelled,
             } => {
                 let f = self.pop_inflight(i, id)?;
                 let c = &mut self.conns[i];
-                let (rtos, retrans) = match (counters, c.counters) {
-                    (Some(new), Some(old)) => (
-                        new.rtos.saturating_sub(old.rtos),
-                        new.retransmits.saturating_sub(old.retransmits),
-                    ),
-                    (Some(new), None) => (new.rtos, new.retransmits),
-                    _ => (0, 0),
-                };
+                let split = Split::of(counters, at_start, c.counters);
+                let last_end = c.last_end;
                 if counters.is_some() {
                     c.counters = counters;
+                    c.last_end = LastEnd::Here { fragment: f.fragment };
                 }
                 // Counted for cancelled requests too: a hedged request's RTO is still one the
                 // port took (and the read may have waited for it before the hedge).
-                let fr = &mut self.report.fragments[f.fragment];
-                fr.kernel_rtos += rtos;
-                fr.retransmits += retrans;
-                self.report.kernel_rtos += u64::from(rtos);
-                self.report.retransmits += u64::from(retrans);
+                self.count_loss(f.fragment, split.own);
+                match last_end {
+                    LastEnd::Opened => self.count_loss(f.fragment, split.earlier),
+                    LastEnd::Here { fragment } => self.count_loss(fragment, split.earlier),
+                    LastEnd::Earlier { read } => {
+                        if split.earlier != (0, 0) {
+                            self.report.late.push(LateCounters {
+                                read,
+                                rtos: split.earlier.0,
+                                retransmits: split.earlier.1,
+                            });
+                        }
+                    }
+                }
+                // The port hears of every loss, earlier reads' too, as before the split.
+                let (rtos, retrans) = (split.own.0 + split.earlier.0, split.own.1 + split.earlier.1);
                 self.sched.on_loss(now, u64::from(retrans), u64::from(rtos));
                 let Some(g) = f.grant else {
                     if let Some(orig) = f.cancelled.filter(|_| !cancelled && f.received == f.len) {
@@ -1234,6 +1310,15 @@ impl<'a> Driver<'a> {
             }
         }
         Ok(())
+    }
+
+    /// Counts `(rtos, retransmits)` that a server's socket took serving `fragment`.
+    fn count_loss(&mut self, fragment: usize, (rtos, retransmits): (u32, u32)) {
+        let fr = &mut self.report.fragments[fragment];
+        fr.kernel_rtos += rtos;
+        fr.retransmits += retransmits;
+        self.report.kernel_rtos += u64::from(rtos);
+        self.report.retransmits += u64::from(retransmits);
     }
 
     /// A hedge (or a retry: a stalled grant moved after the hedge budget was spent) of
@@ -1491,4 +1576,40 @@ fn fill_control(
 /// it still owes is wanted, so resetting it loses no live grant.
 fn owes_only_cancelled(c: &Conn) -> bool {
     !c.broken && c.inflight.iter().all(|f| f.grant.is_none())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tcp(rtos: u32, retransmits: u32) -> Option<TcpCounters> {
+        Some(TcpCounters {
+            rtos,
+            retransmits,
+            ..TcpCounters::default()
+        })
+    }
+
+    fn start(rtos: u32, retransmits: u32) -> Option<StartCounters> {
+        Some(StartCounters { retransmits, rtos })
+    }
+
+    #[test]
+    fn an_end_splits_its_counters_at_its_responses_start() {
+        let split = |own, earlier| Split { own, earlier };
+        // Last `End` at (1 RTO, 4 retransmits); 2 and 3 more before this response began, 1
+        // and 2 while it was served.
+        assert_eq!(Split::of(tcp(4, 9), start(3, 7), tcp(1, 4)), split((1, 2), (2, 3)));
+        // A server without start counters: everything since the last `End` is this one's.
+        assert_eq!(Split::of(tcp(4, 9), None, tcp(1, 4)), split((3, 5), (0, 0)));
+        // A new connection: its counters start at 0.
+        assert_eq!(Split::of(tcp(2, 2), start(1, 1), None), split((1, 1), (1, 1)));
+        assert_eq!(Split::of(tcp(2, 2), None, None), split((2, 2), (0, 0)));
+        // No counters: nothing to split.
+        assert_eq!(Split::of(None, start(5, 5), tcp(1, 1)), Split::default());
+        // Counters that went backwards (a lying or restarted server) count as no change, and
+        // a start past the end is not trusted.
+        assert_eq!(Split::of(tcp(1, 1), start(0, 0), tcp(5, 5)), split((1, 1), (0, 0)));
+        assert_eq!(Split::of(tcp(4, 4), start(9, 0), tcp(1, 1)), split((3, 3), (0, 0)));
+    }
 }

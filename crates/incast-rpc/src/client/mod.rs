@@ -93,7 +93,7 @@ use driver::{Conn, Driver};
 #[cfg(feature = "quic")]
 pub(crate) use driver::{StreamEvent, StreamEventKind};
 use report::Counters;
-pub use report::{ClientCounters, FanInError, FragmentReport, ReadOutput, ReadReport};
+pub use report::{ClientCounters, FanInError, FragmentReport, LateCounters, ReadOutput, ReadReport};
 pub use stream::FragmentStream;
 
 /// The client: server addresses and a pool of idle connections (a primary and a spare per
@@ -434,7 +434,8 @@ impl Client {
         dest: Dest<'a>,
     ) -> (Result<(), FanInError>, ReadReport, Dest<'a>) {
         let start = Instant::now();
-        let seed = self.reads.fetch_add(1, Ordering::Relaxed) ^ (u64::from(std::process::id()) << 32);
+        let read = self.reads.fetch_add(1, Ordering::Relaxed);
+        let seed = read ^ (u64::from(std::process::id()) << 32);
         #[cfg(feature = "quic")]
         if let (Transport::TcpWithQuicFallback, Some(q)) = (self.config.transport, &self.quic) {
             let flow = crate::quic::Flow::of(policy);
@@ -454,6 +455,7 @@ impl Client {
             ),
         };
         let mut d = Driver::new(self, stripe, policy, sched, dest, self.tuning_for(policy), start);
+        d.report.read = read;
         #[cfg(feature = "tracing")]
         let span = crate::trace::read_span(stripe);
         #[cfg(feature = "tracing")]

@@ -135,19 +135,50 @@ pub struct FragmentReport {
     pub retransmits: u32,
 }
 
+/// Kernel RTOs and retransmits an earlier read's responses took, reported during a later read
+/// ([`ReadReport::late`]).
+///
+/// Why: a server writes a response's `End` frame, with its socket's counters, when it
+/// writes the response's last byte. When that tail is lost, the RTO that repairs it fires
+/// after the `End` was written, so the read it belongs to ends without hearing of it; the
+/// connection's next response says how many the socket took before it began
+/// ([`crate::wire::StartCounters`]). If a later read holds the connection by then (it came
+/// from the pool), that read reports them here, for the read they belong to. RTOs that no
+/// later response on the connection reports (it was closed or reset first) are counted by
+/// nobody on the client.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LateCounters {
+    /// The read the responses belonged to ([`ReadReport::read`]).
+    pub read: u64,
+    /// Kernel RTOs its servers' sockets took after their `End` frames were written.
+    pub rtos: u32,
+    /// Segments retransmitted then.
+    pub retransmits: u32,
+}
+
 /// What a read did.
 #[derive(Clone, Debug, Default)]
 pub struct ReadReport {
+    /// This read's number on its client: 0 for the first read it ran, then in the order reads
+    /// started (reads refused before they started have none). [`LateCounters::read`] refers
+    /// to it.
+    pub read: u64,
     /// Wall time of the read, connects included.
     pub elapsed: Duration,
     /// One entry per fragment, in stripe order.
     pub fragments: Vec<FragmentReport>,
     /// The scheduler's counters.
     pub stats: SchedulerStats,
-    /// Sum of the fragments' kernel RTOs.
+    /// Sum of the fragments' kernel RTOs. It counts those of a lost tail that an RTO
+    /// repaired after its `End` was written only when the same connection served this read
+    /// again afterwards (else a later read reports them in `late`).
     pub kernel_rtos: u64,
     /// Sum of the fragments' retransmits.
     pub retransmits: u64,
+    /// Kernel RTOs and retransmits of earlier reads' responses that their servers reported
+    /// on this read's connections, for the reads they belong to: see [`LateCounters`]. In
+    /// neither `kernel_rtos` nor `retransmits`, nor in any fragment's.
+    pub late: Vec<LateCounters>,
     /// Connections opened by this read (the rest came from the pool).
     pub connects: u32,
     /// Connections this read reset because they owed only stalled responses that were hedged
@@ -203,7 +234,8 @@ pub struct ClientCounters {
     pub hedges_spurious: u64,
     /// Re-requests after failures.
     pub retries: u64,
-    /// Kernel RTOs the servers reported while answering.
+    /// Kernel RTOs the servers reported while answering ([`ReadReport::kernel_rtos`] and
+    /// [`ReadReport::late`]).
     pub kernel_rtos: u64,
     /// TCP retransmits the servers reported while answering.
     pub retransmits: u64,
@@ -249,8 +281,9 @@ impl Counters {
         add(&self.hedges_won, r.stats.hedges_won);
         add(&self.hedges_spurious, r.stats.hedges_spurious);
         add(&self.retries, r.stats.retries);
-        add(&self.kernel_rtos, r.kernel_rtos);
-        add(&self.retransmits, r.retransmits);
+        let late = |f: fn(&LateCounters) -> u32| r.late.iter().map(|l| u64::from(f(l))).sum::<u64>();
+        add(&self.kernel_rtos, r.kernel_rtos + late(|l| l.rtos));
+        add(&self.retransmits, r.retransmits + late(|l| l.retransmits));
         add(&self.quic_loss_events, r.quic_loss_events);
     }
 

@@ -241,13 +241,10 @@ fn control_done(c: &mut Conn) -> Result<(), String> {
     let ended = match frame {
         Frame::Error { id: 0, .. } => return Err(format!("{server} refused the connection")),
         Frame::Length { .. } => return Ok(()),
-        Frame::End { id, counters, .. } => {
-            // The next read measures its kernel RTOs and retransmits from here.
-            if counters.is_some() {
-                c.counters = counters;
-            }
-            id
-        }
+        // Its counters stay unread: the next read's first `End` on this connection counts
+        // what changed since the last `End` a read saw, and the counters at its response's
+        // start tell it which of that was this read's (its drained responses' tails).
+        Frame::End { id, .. } => id,
         Frame::Error { id, .. } => id,
         other => return Err(format!("{server}: unexpected frame {:?}", other.kind())),
     };
