@@ -674,8 +674,11 @@ async fn phase(
                     lat.borrow_mut().push(took);
                     r.hedges += out.report.stats.hedges;
                     r.retries += out.report.stats.retries;
-                    r.kernel_rtos += out.report.kernel_rtos;
-                    r.retransmits += out.report.retransmits;
+                    // Late ones too: totals, whichever read they belong to.
+                    let late = &out.report.late;
+                    r.kernel_rtos += out.report.kernel_rtos + late.iter().map(|l| u64::from(l.rtos)).sum::<u64>();
+                    r.retransmits +=
+                        out.report.retransmits + late.iter().map(|l| u64::from(l.retransmits)).sum::<u64>();
                     let moved = out
                         .report
                         .fragments

@@ -177,9 +177,18 @@ pub struct Measurement {
     pub max_ms: f64,
     /// p99 / ideal.
     pub p99_over_ideal: f64,
-    /// Kernel RTOs the servers' sockets took (TCP_INFO, Linux 6.7+ servers; not measured by
-    /// the `blocking` reference client).
+    /// Kernel RTOs the servers' sockets took serving the measured reads (TCP_INFO, Linux
+    /// 6.7+ servers; not measured by the `blocking` reference client), each counted for the
+    /// read it belongs to, also when a later read's connection reported it
+    /// ([`incast_rpc::LateCounters`]).
     pub kernel_rtos: u64,
+    /// Of `kernel_rtos`, those a later read reported: RTOs that repaired a lost tail after
+    /// its `End` frame was written.
+    pub late_rtos: u64,
+    /// RTOs of warm-up reads that measured reads reported late: in neither `kernel_rtos`
+    /// nor `blocks_with_rto`. Before the split by the responses' start counters they counted
+    /// as the measured read's.
+    pub warmup_rtos_reported_late: u64,
     /// Requests sent over QUIC.
     pub quic_requests: u64,
     /// QUIC loss-recovery episodes on the servers' side (quinn congestion events): QUIC's
@@ -422,6 +431,8 @@ pub async fn measure(
     let last_failure = RefCell::new(None);
     let warm = u64::from(spec.warmup) * r as u64;
     let first_corrupt = RefCell::new(None);
+    // The number of the last warm-up read that ended whole (reads are numbered as they start).
+    let last_warm = std::cell::Cell::new(None::<u64>);
     futures_util::future::join_all((0..r).map(|_| async {
         loop {
             let no = next.get();
@@ -431,9 +442,12 @@ pub async fn measure(
             next.set(no + 1);
             let s = stripe_of(no);
             match reader.read(if open_lengths { as_queries(&s) } else { s.clone() }).await {
-                Ok((block, _)) => {
+                Ok((block, report)) => {
                     if let Err(m) = pattern::verify(&s, &block) {
                         first_corrupt.borrow_mut().get_or_insert(m);
+                    }
+                    if let Some(r) = report {
+                        last_warm.set(last_warm.get().max(Some(r.read)));
                     }
                     *last_failure.borrow_mut() = None;
                 }
@@ -454,6 +468,10 @@ pub async fn measure(
         });
     }
     on_warm();
+    // Kernel RTOs by measured read (its number on the client), and those that later reads
+    // reported for earlier ones: attributed once every read has ended.
+    let rtos_of = RefCell::new(std::collections::HashMap::<u64, u64>::new());
+    let late = RefCell::new(Vec::<incast_rpc::LateCounters>::new());
     let drains = |r: &Reader| match r {
         Reader::Library(c, _) => {
             let k = c.counters();
@@ -489,6 +507,7 @@ pub async fn measure(
     let read_one = |no: u64| {
         let (reader, m, bytes, sum_us, hist, first_corrupt, on_block) =
             (&reader, &m, &bytes, &sum_us, &hist, &first_corrupt, &on_block);
+        let (rtos_of, late) = (&rtos_of, &late);
         let (delay_sum_us, wait_sum_us, transfer_sum_us) = (&delay_sum_us, &wait_sum_us, &transfer_sum_us);
         let s = stripe_of(no);
         async move {
@@ -507,11 +526,11 @@ pub async fn measure(
                     hist.borrow_mut().saturating_record(took.as_micros().max(1) as u64);
                     m.blocks_over_100ms += u32::from(took >= Duration::from_millis(100));
                     if let Some(r) = report {
-                        m.kernel_rtos += r.kernel_rtos;
+                        rtos_of.borrow_mut().insert(r.read, r.kernel_rtos);
+                        late.borrow_mut().extend_from_slice(&r.late);
                         m.quic_requests += u64::from(r.quic_requests);
                         m.quic_loss_events += r.quic_loss_events;
                         m.quic_lost_packets += r.quic_lost_packets;
-                        m.blocks_with_rto += u32::from(r.kernel_rtos > 0);
                         m.retransmits += r.retransmits;
                         m.hedges += r.stats.hedges;
                         m.hedges_won += r.stats.hedges_won;
@@ -588,6 +607,26 @@ pub async fn measure(
     let bulk = background.bytes().saturating_sub(bulk_before);
     drop(background);
     let mut m = m.into_inner();
+    let mut rtos_of = rtos_of.into_inner();
+    for l in late.into_inner() {
+        let rtos = u64::from(l.rtos);
+        match rtos_of.get_mut(&l.read) {
+            Some(n) => {
+                *n += rtos;
+                m.late_rtos += rtos;
+            }
+            // Every warm-up read started before the first measured one.
+            None if last_warm.get().is_some_and(|w| l.read <= w) => m.warmup_rtos_reported_late += rtos,
+            // A measured read that failed (or a warm-up read that failed last): it has no
+            // report; counted with the measured reads', so never hidden.
+            None => {
+                m.kernel_rtos += rtos;
+                m.late_rtos += rtos;
+            }
+        }
+    }
+    m.kernel_rtos += rtos_of.values().sum::<u64>();
+    m.blocks_with_rto = rtos_of.values().filter(|&&n| n > 0).count() as u32;
     let drains_after = drains(&reader);
     m.connections_drained = drains_after.0.saturating_sub(drains_before.0);
     m.drains_reset = drains_after.1.saturating_sub(drains_before.1);
