@@ -675,7 +675,16 @@ async fn hedged_read(
     other: Duration,
     sharing: Sharing,
 ) -> (Client, incast_rpc::ReadOutput) {
-    let primary = fake_server(primary, 0xEE).await;
+    hedged_read_from(fake_server(primary, 0xEE).await, replica, other, sharing).await
+}
+
+/// As [`hedged_read`], with fragment 0's primary at `primary`.
+async fn hedged_read_from(
+    primary: std::net::SocketAddr,
+    replica: Duration,
+    other: Duration,
+    sharing: Sharing,
+) -> (Client, incast_rpc::ReadOutput) {
     let replica = fake_server(replica, 0x11).await;
     let other = fake_server(other, 0x22).await;
     // A read may hedge half the port's burst: 20,000 bytes here, as the policy says.
@@ -749,22 +758,29 @@ async fn a_slow_original_still_owed_when_its_read_ends_is_drained_into_the_pool(
 /// socket's RTOs at the response's start and at its `End` (a real socket's counters only
 /// grow). It answers with `len` bytes of 0x33, at once.
 async fn counting_server(rtos: Vec<(u32, u32)>) -> std::net::SocketAddr {
+    counting_server_after(rtos.into_iter().map(|(s, e)| (Duration::ZERO, s, e)).collect(), 0x33).await
+}
+
+/// As [`counting_server`], with the `n`th response sent `script[n].0` after its request, its
+/// counters `script[n].1` and `.2`, and its bytes `fill`. It ignores cancels.
+async fn counting_server_after(script: Vec<(Duration, u32, u32)>, fill: u8) -> std::net::SocketAddr {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
-    let rtos = Arc::new(rtos);
+    let script = Arc::new(script);
     tokio::spawn(async move {
         while let Ok((mut s, _)) = l.accept().await {
-            let rtos = rtos.clone();
+            let script = script.clone();
             tokio::spawn(async move {
                 let (mut got, mut buf, mut n) = (Vec::new(), vec![0u8; 4096], 0);
                 loop {
                     while let Ok(Some((f, used))) = decode(&got) {
                         got.drain(..used);
                         if let Frame::Request { id, len, .. } = f {
-                            let (start, end) = rtos.get(n).copied().unwrap_or((0, 0));
+                            let (delay, start, end) = script.get(n).copied().unwrap_or_default();
                             n += 1;
+                            tokio::time::sleep(delay).await;
                             let mut out = Vec::new();
-                            let payload = vec![0x33; len as usize];
+                            let payload = vec![fill; len as usize];
                             let crc32c = Some(crc32c::crc32c(&payload));
                             Frame::Data {
                                 id,
@@ -845,6 +861,36 @@ async fn rtos_a_connection_reports_after_its_read_ended_are_that_reads_not_the_n
         // The client's totals count every RTO once.
         assert_eq!(client.counters().kernel_rtos, 3, "{sharing:?}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rtos_of_a_drained_response_are_reported_for_its_read_by_the_next_one() {
+    // Read A's original on the primary is hedged away; the primary answers it at 100 ms, after
+    // A ended, so it is drained and pooled. Its socket took 1 RTO serving it and 2 after its
+    // `End` was written. Read B, the next on that connection, reports all 3 for A.
+    let primary = counting_server_after(vec![(Duration::from_millis(100), 0, 1), (Duration::ZERO, 3, 3)], 0xEE).await;
+    let (client, a) = hedged_read_from(
+        primary,
+        Duration::from_millis(20),
+        Duration::from_millis(40),
+        Sharing::Port,
+    )
+    .await;
+    assert_eq!(after_drains(&client).await, (1, 0, 3));
+    assert_eq!(a.report.kernel_rtos, 0, "A never saw the primary's End");
+    let stripe = Stripe::new(vec![Fragment::new(ServerId(0), "k", 0, 1_000)]).unwrap();
+    let b = client.fan_in_read(&stripe, &Policy::default()).await.unwrap();
+    assert_eq!(b.block, vec![0xEE; 1_000]);
+    assert_eq!(b.report.connects, 0, "B reads over the drained connection");
+    assert_eq!(b.report.kernel_rtos, 0);
+    assert_eq!(
+        b.report.late,
+        vec![LateCounters {
+            read: a.report.read,
+            rtos: 3,
+            retransmits: 0
+        }]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
