@@ -556,7 +556,7 @@ async fn fake_server(delay: Duration, fill: u8) -> std::net::SocketAddr {
 /// `delay_of(n)`: it answers that connection's requests in order, each after that delay.
 /// With `bad_crc`, every `End` carries a CRC32C that does not match the bytes sent.
 async fn fake_server_per_conn(
-    delay_of: impl Fn(usize) -> Duration + Send + 'static,
+    delay_of: impl Fn(usize) -> Duration + Send + Sync + 'static,
     fill: u8,
     bad_crc: bool,
 ) -> std::net::SocketAddr {
@@ -566,25 +566,42 @@ async fn fake_server_per_conn(
 /// As [`fake_server_per_conn`], with `counters` in every `End` (a server whose socket
 /// reports retransmissions makes the client's port lossy).
 async fn fake_server_with(
-    delay_of: impl Fn(usize) -> Duration + Send + 'static,
+    delay_of: impl Fn(usize) -> Duration + Send + Sync + 'static,
     fill: u8,
     bad_crc: bool,
     counters: Option<TcpCounters>,
 ) -> std::net::SocketAddr {
+    scripted_server(move |conn, _| (delay_of(conn), counters, None), fill, bad_crc).await
+}
+
+/// How a scripted server answers the `n`th request (from 0) of its `conn`th accepted
+/// connection (from 0): after how long, and with which counters in its `End`.
+type Script = dyn Fn(usize, usize) -> (Duration, Option<TcpCounters>, Option<StartCounters>) + Send + Sync;
+
+/// A fake server that answers every request with `len` bytes of `fill` as `script` says,
+/// in order per connection, and ignores cancels. With `bad_crc`, every `End` carries a
+/// CRC32C that does not match the bytes sent.
+async fn scripted_server(
+    script: impl Fn(usize, usize) -> (Duration, Option<TcpCounters>, Option<StartCounters>) + Send + Sync + 'static,
+    fill: u8,
+    bad_crc: bool,
+) -> std::net::SocketAddr {
+    let script: Arc<Script> = Arc::new(script);
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     tokio::spawn(async move {
         let mut accepted = 0;
         while let Ok((mut s, _)) = l.accept().await {
-            let delay = delay_of(accepted);
+            let (conn, script) = (accepted, script.clone());
             accepted += 1;
             tokio::spawn(async move {
-                let mut got = Vec::new();
-                let mut buf = vec![0u8; 4096];
+                let (mut got, mut buf, mut n) = (Vec::new(), vec![0u8; 4096], 0);
                 loop {
                     while let Ok(Some((f, used))) = decode(&got) {
                         got.drain(..used);
                         if let Frame::Request { id, len, .. } = f {
+                            let (delay, counters, at_start) = script(conn, n);
+                            n += 1;
                             tokio::time::sleep(delay).await;
                             let mut out = Vec::new();
                             let payload = vec![fill; len as usize];
@@ -598,7 +615,7 @@ async fn fake_server_with(
                                 id,
                                 crc32c,
                                 counters,
-                                at_start: None,
+                                at_start,
                                 cancelled: false,
                             }
                             .encode(&mut out);
@@ -764,57 +781,19 @@ async fn counting_server(rtos: Vec<(u32, u32)>) -> std::net::SocketAddr {
 /// As [`counting_server`], with the `n`th response sent `script[n].0` after its request, its
 /// counters `script[n].1` and `.2`, and its bytes `fill`. It ignores cancels.
 async fn counting_server_after(script: Vec<(Duration, u32, u32)>, fill: u8) -> std::net::SocketAddr {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    let script = Arc::new(script);
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = l.accept().await {
-            let script = script.clone();
-            tokio::spawn(async move {
-                let (mut got, mut buf, mut n) = (Vec::new(), vec![0u8; 4096], 0);
-                loop {
-                    while let Ok(Some((f, used))) = decode(&got) {
-                        got.drain(..used);
-                        if let Frame::Request { id, len, .. } = f {
-                            let (delay, start, end) = script.get(n).copied().unwrap_or_default();
-                            n += 1;
-                            tokio::time::sleep(delay).await;
-                            let mut out = Vec::new();
-                            let payload = vec![fill; len as usize];
-                            let crc32c = Some(crc32c::crc32c(&payload));
-                            Frame::Data {
-                                id,
-                                payload: Bytes::from(payload),
-                            }
-                            .encode(&mut out);
-                            Frame::End {
-                                id,
-                                crc32c,
-                                counters: Some(TcpCounters {
-                                    rtos: end,
-                                    ..TcpCounters::default()
-                                }),
-                                at_start: Some(StartCounters {
-                                    rtos: start,
-                                    retransmits: 0,
-                                }),
-                                cancelled: false,
-                            }
-                            .encode(&mut out);
-                            if s.write_all(&out).await.is_err() {
-                                return;
-                            }
-                        }
-                    }
-                    match s.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => got.extend_from_slice(&buf[..n]),
-                    }
-                }
-            });
-        }
-    });
-    addr
+    let answer = move |_, n: usize| {
+        let (delay, start, end) = script.get(n).copied().unwrap_or_default();
+        let counters = TcpCounters {
+            rtos: end,
+            ..TcpCounters::default()
+        };
+        let at_start = StartCounters {
+            rtos: start,
+            retransmits: 0,
+        };
+        (delay, Some(counters), Some(at_start))
+    };
+    scripted_server(answer, fill, false).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
