@@ -607,26 +607,10 @@ pub async fn measure(
     let bulk = background.bytes().saturating_sub(bulk_before);
     drop(background);
     let mut m = m.into_inner();
-    let mut rtos_of = rtos_of.into_inner();
-    for l in late.into_inner() {
-        let rtos = u64::from(l.rtos);
-        match rtos_of.get_mut(&l.read) {
-            Some(n) => {
-                *n += rtos;
-                m.late_rtos += rtos;
-            }
-            // Every warm-up read started before the first measured one.
-            None if last_warm.get().is_some_and(|w| l.read <= w) => m.warmup_rtos_reported_late += rtos,
-            // A measured read that failed (or a warm-up read that failed last): it has no
-            // report; counted with the measured reads', so never hidden.
-            None => {
-                m.kernel_rtos += rtos;
-                m.late_rtos += rtos;
-            }
-        }
-    }
-    m.kernel_rtos += rtos_of.values().sum::<u64>();
-    m.blocks_with_rto = rtos_of.values().filter(|&&n| n > 0).count() as u32;
+    let rtos = RtoCount::of(rtos_of.into_inner(), &late.into_inner(), last_warm.get());
+    (m.kernel_rtos, m.late_rtos) = (rtos.measured, rtos.late);
+    m.warmup_rtos_reported_late = rtos.warmup;
+    m.blocks_with_rto = rtos.reads_with_rto;
     let drains_after = drains(&reader);
     m.connections_drained = drains_after.0.saturating_sub(drains_before.0);
     m.drains_reset = drains_after.1.saturating_sub(drains_before.1);
@@ -670,6 +654,52 @@ pub async fn measure(
     };
     m.histogram = encode_histogram(&hist);
     Ok(m)
+}
+
+/// The kernel RTOs of a configuration's measured reads, each counted for the read it
+/// belongs to (see [`incast_rpc::LateCounters`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct RtoCount {
+    /// RTOs of the measured reads, late ones included.
+    measured: u64,
+    /// Of `measured`, those a later read reported.
+    late: u64,
+    /// RTOs of warm-up reads that measured reads reported.
+    warmup: u64,
+    /// Measured reads with at least one RTO.
+    reads_with_rto: u32,
+}
+
+impl RtoCount {
+    /// `own`: each measured read's RTOs from its report, by its number on the client;
+    /// `late`: what the measured reads reported for earlier reads; `last_warm`: the number of
+    /// the last warm-up read that ended whole (every warm-up read started before the first
+    /// measured one). Late RTOs of a read that is neither (a measured read that failed, so
+    /// has no report) count with the measured reads' totals, never hidden, but mark no read.
+    fn of(
+        mut own: std::collections::HashMap<u64, u64>,
+        late: &[incast_rpc::LateCounters],
+        last_warm: Option<u64>,
+    ) -> Self {
+        let mut c = Self::default();
+        for l in late {
+            let rtos = u64::from(l.rtos);
+            match own.get_mut(&l.read) {
+                Some(n) => {
+                    *n += rtos;
+                    c.late += rtos;
+                }
+                None if last_warm.is_some_and(|w| l.read <= w) => c.warmup += rtos,
+                None => {
+                    c.measured += rtos;
+                    c.late += rtos;
+                }
+            }
+        }
+        c.measured += own.values().sum::<u64>();
+        c.reads_with_rto = own.values().filter(|&&n| n > 0).count() as u32;
+        c
+    }
 }
 
 /// Bulk flows that stream from the bulk senders to this client until dropped.
@@ -745,6 +775,39 @@ fn base64(data: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn an_rto_reported_late_counts_for_the_read_it_belongs_to() {
+        let late = |read, rtos| incast_rpc::LateCounters {
+            read,
+            rtos,
+            retransmits: 0,
+        };
+        // Warm-up reads 0-3; measured reads 4-7, read 6 failed (no report).
+        let own = [(4, 0), (5, 2), (7, 0)].into_iter().collect();
+        let reported = [late(1, 5), late(4, 1), late(5, 1), late(6, 3)];
+        assert_eq!(
+            RtoCount::of(own, &reported, Some(3)),
+            RtoCount {
+                measured: 2 + 1 + 1 + 3,
+                late: 1 + 1 + 3,
+                warmup: 5,
+                reads_with_rto: 2,
+            }
+        );
+        // Nothing late: each read's own.
+        let own = [(0, 0), (1, 1)].into_iter().collect();
+        assert_eq!(
+            RtoCount::of(own, &[], None),
+            RtoCount {
+                measured: 1,
+                late: 0,
+                warmup: 0,
+                reads_with_rto: 1,
+            }
+        );
+    }
+
     use super::*;
 
     #[test]
