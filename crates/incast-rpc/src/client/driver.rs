@@ -1232,7 +1232,8 @@ impl<'a> Driver<'a> {
                         }
                     }
                 }
-                // The port hears of every loss, earlier reads' too, as before the split.
+                // The port hears of every loss, earlier reads' too, as before the split (and
+                // since drains stopped moving the baseline, those of drained responses).
                 let (rtos, retrans) = (split.own.0 + split.earlier.0, split.own.1 + split.earlier.1);
                 self.sched.on_loss(now, u64::from(retrans), u64::from(rtos));
                 let Some(g) = f.grant else {
