@@ -675,10 +675,9 @@ async fn phase(
                     r.hedges += out.report.stats.hedges;
                     r.retries += out.report.stats.retries;
                     // Late ones too: totals, whichever read they belong to.
-                    let late = &out.report.late;
-                    r.kernel_rtos += out.report.kernel_rtos + late.iter().map(|l| u64::from(l.rtos)).sum::<u64>();
-                    r.retransmits +=
-                        out.report.retransmits + late.iter().map(|l| u64::from(l.retransmits)).sum::<u64>();
+                    let (late_rtos, late_retransmits) = out.report.late_totals();
+                    r.kernel_rtos += out.report.kernel_rtos + late_rtos;
+                    r.retransmits += out.report.retransmits + late_retransmits;
                     let moved = out
                         .report
                         .fragments

@@ -76,7 +76,7 @@ mod spans {
                 hedges_spurious = report.stats.hedges_spurious,
                 retries = report.stats.retries,
                 kernel_rtos = report.kernel_rtos,
-                earlier_reads_rtos = report.late.iter().map(|l| u64::from(l.rtos)).sum::<u64>(),
+                earlier_reads_rtos = report.late_totals().0,
                 "read done"
             ),
             Err(e) => tracing::info!(error = %e, "read failed"),

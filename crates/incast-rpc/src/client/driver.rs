@@ -1602,11 +1602,14 @@ async fn handshake(
         socket.set_reuse_address(true)?;
         let report = tuning.apply(&socket);
         if let Some((old, _)) = &previous {
-            let bound = old.local_addr().and_then(|local| socket.bind(&local.into()));
-            if bound.is_err() {
+            #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+            let Ok(local) = old
+                .local_addr()
+                .and_then(|local| socket.bind(&local.into()).map(|()| local))
+            else {
                 break;
-            }
-            crate::trace::event!(debug, server = %server, attempt, local_port = old.local_addr().map_or(0, |a| a.port()), "handshake tried again from the same port");
+            };
+            crate::trace::event!(debug, server = %server, attempt, local_port = local.port(), "handshake tried again from the same port");
         }
         // The old socket closes quietly (a socket that never connected sends nothing).
         drop(previous.take());

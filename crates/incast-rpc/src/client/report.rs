@@ -204,6 +204,16 @@ pub struct ReadReport {
     pub port: Option<PortReport>,
 }
 
+impl ReadReport {
+    /// The kernel RTOs and retransmits in [`ReadReport::late`], summed: what this read
+    /// reported for earlier reads.
+    pub fn late_totals(&self) -> (u64, u64) {
+        self.late.iter().fold((0, 0), |(rtos, retransmits), l| {
+            (rtos + u64::from(l.rtos), retransmits + u64::from(l.retransmits))
+        })
+    }
+}
+
 /// A read's result: the block, in one buffer, and the report.
 #[derive(Debug)]
 pub struct ReadOutput {
@@ -281,9 +291,9 @@ impl Counters {
         add(&self.hedges_won, r.stats.hedges_won);
         add(&self.hedges_spurious, r.stats.hedges_spurious);
         add(&self.retries, r.stats.retries);
-        let late = |f: fn(&LateCounters) -> u32| r.late.iter().map(|l| u64::from(f(l))).sum::<u64>();
-        add(&self.kernel_rtos, r.kernel_rtos + late(|l| l.rtos));
-        add(&self.retransmits, r.retransmits + late(|l| l.retransmits));
+        let (late_rtos, late_retransmits) = r.late_totals();
+        add(&self.kernel_rtos, r.kernel_rtos + late_rtos);
+        add(&self.retransmits, r.retransmits + late_retransmits);
         add(&self.quic_loss_events, r.quic_loss_events);
     }
 
