@@ -131,7 +131,7 @@ const CSV_FIELDS: &str =
     "strategy,layout,senders,sru_bytes,block_bytes,blocks,failed_blocks,goodput_mbps,line_rate_mbps,\
 line_rate_fraction,ideal_ms,p50_ms,p99_ms,max_ms,p99_over_ideal,kernel_rtos,blocks_with_rto,rto_free_fraction,\
 blocks_over_100ms,retransmits,hedges,grants,switch_drops,host_rtos,cc,buffer_bytes,rate_bps,elapsed_s,quic_requests,\
-quic_loss_events,quic_lost_packets,cpu_s_per_gib,concurrency,mean_ms,background_flows,background_mbps,machine_cpu_busy,hedges_won,hedges_spurious,budget_min,budget_max,delay_samples,delay_mean_us,delay_max_us,admission_wait_ms,batch,transfer_ms,hedges_denied,escalations,connections_reset,late_grants,host_syn_ack_retransmits,host_handshakes,host_rtos_warmup,host_handshakes_warmup,connections_drained,drains_reset,late_rtos,warmup_rtos_reported_late";
+quic_loss_events,quic_lost_packets,cpu_s_per_gib,concurrency,mean_ms,background_flows,background_mbps,machine_cpu_busy,hedges_won,hedges_spurious,budget_min,budget_max,delay_samples,delay_mean_us,delay_max_us,admission_wait_ms,batch,transfer_ms,hedges_denied,escalations,connections_reset,late_grants,host_syn_ack_retransmits,host_handshakes,host_rtos_warmup,host_handshakes_warmup,connections_drained,drains_reset,late_rtos,warmup_rtos_reported_late,client_rtos,client_rtos_warmup";
 
 /// Writes one CSV row per result (the histogram stays in the JSON).
 pub fn write_csv(path: &Path, results: &[Measurement]) -> Result<(), WriteError> {
@@ -142,7 +142,7 @@ pub fn write_csv(path: &Path, results: &[Measurement]) -> Result<(), WriteError>
     for m in results {
         writeln!(
             w,
-            "{},{},{},{},{},{},{},{:.1},{:.1},{:.4},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{:.4},{},{},{},{},{},{},{},{},{},{:.3},{},{},{},{:.3},{},{:.3},{},{:.1},{:.3},{},{},{},{},{},{:.1},{:.1},{:.3},{},{:.3},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{:.1},{:.1},{:.4},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{:.4},{},{},{},{},{},{},{},{},{},{:.3},{},{},{},{:.3},{},{:.3},{},{:.1},{:.3},{},{},{},{},{},{:.1},{:.1},{:.3},{},{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             m.strategy,
             m.layout,
             m.senders,
@@ -201,7 +201,9 @@ pub fn write_csv(path: &Path, results: &[Measurement]) -> Result<(), WriteError>
             m.connections_drained,
             m.drains_reset,
             m.late_rtos,
-            m.warmup_rtos_reported_late
+            m.warmup_rtos_reported_late,
+            opt(m.client_rtos),
+            opt(m.client_rtos_warmup)
         )
         .map_err(&e)?;
     }
@@ -211,7 +213,7 @@ pub fn write_csv(path: &Path, results: &[Measurement]) -> Result<(), WriteError>
 /// Header of the table.
 pub fn table_header() -> String {
     format!(
-        "{:<10} {:>5} {:>3} {:>9} {:>9} {:>9} {:>6} {:>8} {:>8} {:>8} {:>8} {:>7} {:>6} {:>7} {:>8} {:>6} {:>6} {:>9} {:>6} {:>7} {:>5} {:>7} {:>11} {:>7}",
+        "{:<10} {:>5} {:>3} {:>9} {:>9} {:>9} {:>6} {:>8} {:>8} {:>8} {:>8} {:>7} {:>6} {:>7} {:>7} {:>8} {:>6} {:>6} {:>9} {:>6} {:>7} {:>5} {:>7} {:>11} {:>7}",
         "strategy",
         "N",
         "R",
@@ -226,6 +228,7 @@ pub fn table_header() -> String {
         "p99/id",
         "RTOs",
         "hRTO w+r",
+        "cRTO w+r",
         "RTO-free",
         "drops",
         "hedges",
@@ -242,12 +245,14 @@ pub fn table_header() -> String {
 /// One row of the table.
 pub fn table_row(m: &Measurement) -> String {
     let drops = m.switch_drops.map_or("-".to_owned(), |d| d.to_string());
-    // Host RTOs as warm-up + measured reads, where the split is known.
-    let host_rtos = match (m.host_rtos, m.host_rtos_warmup) {
+    // Host and client RTOs as warm-up + measured reads, where the split is known.
+    let split = |all: Option<u64>, warm: Option<u64>| match (all, warm) {
         (Some(all), Some(warm)) => format!("{}+{}", warm.min(all), all.saturating_sub(warm)),
         (Some(all), None) => all.to_string(),
         (None, _) => "-".to_owned(),
     };
+    let host_rtos = split(m.host_rtos, m.host_rtos_warmup);
+    let client_rtos = split(m.client_rtos, m.client_rtos_warmup);
     // QUIC loss-recovery episodes, for strategies that sent anything over QUIC.
     let quic_losses = if m.quic_requests > 0 {
         m.quic_loss_events.to_string()
@@ -279,7 +284,7 @@ pub fn table_row(m: &Measurement) -> String {
         "-".to_owned()
     };
     format!(
-        "{:<10} {:>5} {:>3} {:>9} {:>9} {:>9.1} {:>5.1}% {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>7.2} {:>6} {:>7} {:>7.1}% {:>6} {:>6} {:>9} {:>6} {:>6.2}s {:>4.0}% {:>7} {:>11} {:>7.2}{failed}",
+        "{:<10} {:>5} {:>3} {:>9} {:>9} {:>9.1} {:>5.1}% {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>7.2} {:>6} {:>7} {:>7} {:>7.1}% {:>6} {:>6} {:>9} {:>6} {:>6.2}s {:>4.0}% {:>7} {:>11} {:>7.2}{failed}",
         m.strategy,
         m.senders,
         m.concurrency,
@@ -294,6 +299,7 @@ pub fn table_row(m: &Measurement) -> String {
         m.p99_over_ideal,
         rtos,
         host_rtos,
+        client_rtos,
         m.rto_free_fraction * 100.0,
         drops,
         m.hedges,

@@ -207,7 +207,8 @@ pub struct Measurement {
     pub rto_free_fraction: f64,
     /// Blocks slower than 100 ms.
     pub blocks_over_100ms: u32,
-    /// Segments the servers retransmitted.
+    /// Segments the servers retransmitted for the measured reads, those a later read
+    /// reported included (as `kernel_rtos`).
     pub retransmits: u64,
     /// Hedges the scheduler fired.
     pub hedges: u64,
@@ -285,6 +286,14 @@ pub struct Measurement {
     /// The part of `host_handshakes` accepted during the warm-up; the rest are connections
     /// opened again while the measured reads ran. `None` off the testbed.
     pub host_handshakes_warmup: Option<u64>,
+    /// Kernel RTOs of the client's own sockets during the configuration, warm-up included
+    /// (the client namespace's `TCPTimeouts`; not in `host_rtos`). Each handshake the client
+    /// tried again from the same port counts one: the client's kernel sends that SYN again
+    /// from an 8 ms timer (see `HostCounters::client_rtos`). `None` off the testbed.
+    pub client_rtos: Option<u64>,
+    /// The part of `client_rtos` counted before the measured reads began. `None` off the
+    /// testbed.
+    pub client_rtos_warmup: Option<u64>,
     /// Connections the client drained after a read and pooled, during the measured reads
     /// (`ClientCounters::connections_drained`; drains still running when the last read
     /// ended are not counted).
@@ -609,6 +618,7 @@ pub async fn measure(
     let mut m = m.into_inner();
     let rtos = RtoCount::of(rtos_of.into_inner(), &late.into_inner(), last_warm.get());
     (m.kernel_rtos, m.late_rtos) = (rtos.measured, rtos.late);
+    m.retransmits += rtos.late_retransmits;
     m.warmup_rtos_reported_late = rtos.warmup;
     m.blocks_with_rto = rtos.reads_with_rto;
     let drains_after = drains(&reader);
@@ -668,6 +678,9 @@ struct RtoCount {
     warmup: u64,
     /// Measured reads with at least one RTO.
     reads_with_rto: u32,
+    /// Segments retransmitted for the measured reads that later reads reported (the
+    /// warm-up's left out, as its RTOs are).
+    late_retransmits: u64,
 }
 
 impl RtoCount {
@@ -676,6 +689,7 @@ impl RtoCount {
     /// the last warm-up read that ended whole (every warm-up read started before the first
     /// measured one). Late RTOs of a read that is neither (a measured read that failed, so
     /// has no report) count with the measured reads' totals, never hidden, but mark no read.
+    /// Late retransmits follow the same rule.
     fn of(
         mut own: std::collections::HashMap<u64, u64>,
         late: &[incast_rpc::LateCounters],
@@ -689,12 +703,16 @@ impl RtoCount {
                     *n += rtos;
                     c.late += rtos;
                 }
-                None if last_warm.is_some_and(|w| l.read <= w) => c.warmup += rtos,
+                None if last_warm.is_some_and(|w| l.read <= w) => {
+                    c.warmup += rtos;
+                    continue;
+                }
                 None => {
                     c.measured += rtos;
                     c.late += rtos;
                 }
             }
+            c.late_retransmits += u64::from(l.retransmits);
         }
         c.measured += own.values().sum::<u64>();
         c.reads_with_rto = own.values().filter(|&&n| n > 0).count() as u32;
@@ -781,7 +799,7 @@ mod tests {
         let late = |read, rtos| incast_rpc::LateCounters {
             read,
             rtos,
-            retransmits: 0,
+            retransmits: 10 * rtos + 1,
         };
         // Warm-up reads 0-3; measured reads 4-7, read 6 failed (no report).
         let own = [(4, 0), (5, 2), (7, 0)].into_iter().collect();
@@ -793,6 +811,7 @@ mod tests {
                 late: 1 + 1 + 3,
                 warmup: 5,
                 reads_with_rto: 2,
+                late_retransmits: 11 + 11 + 31,
             }
         );
         // Nothing late: each read's own.
@@ -804,6 +823,7 @@ mod tests {
                 late: 0,
                 warmup: 0,
                 reads_with_rto: 1,
+                late_retransmits: 0,
             }
         );
     }

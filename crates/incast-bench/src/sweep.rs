@@ -169,8 +169,9 @@ fn failed_row(run: &RunSpec, error: String) -> Measurement {
 }
 
 /// Measures one configuration, with the testbed's counters around it (and the per-route
-/// `rto_min` for `rto-route`): the port's drops, and the kernel RTOs of the server hosts
-/// minus the bulk senders' ([`Measurement::host_rtos`]).
+/// `rto_min` for `rto-route`): the port's drops, the kernel RTOs of the server hosts minus
+/// the bulk senders' ([`Measurement::host_rtos`]), and the client's own
+/// ([`Measurement::client_rtos`]).
 fn measure_one(
     rt: &tokio::runtime::Runtime,
     addrs: &[(ServerId, SocketAddr)],
@@ -214,10 +215,12 @@ fn measure_one(
         );
         m.host_syn_ack_retransmits = Some(hosts1.syn_ack_retransmits.saturating_sub(hosts0.syn_ack_retransmits));
         m.host_handshakes = Some(hosts1.handshakes.saturating_sub(hosts0.handshakes));
+        m.client_rtos = Some(hosts1.client_rtos.saturating_sub(hosts0.client_rtos));
         if let Some((w, bulk_w)) = warm.take() {
             let rtos = w.rtos.saturating_sub(hosts0.rtos);
             m.host_rtos_warmup = Some(rtos.saturating_sub(bulk_w.saturating_sub(bulk0)));
             m.host_handshakes_warmup = Some(w.handshakes.saturating_sub(hosts0.handshakes));
+            m.client_rtos_warmup = Some(w.client_rtos.saturating_sub(hosts0.client_rtos));
         }
         m.buffer_bytes = Some(tb.config().buffer_bytes);
         m.rate_bps = Some(tb.config().rate_bps);

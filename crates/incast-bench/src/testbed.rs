@@ -311,7 +311,7 @@ pub fn check_tools() -> Result<(), TestbedError> {
     Ok(())
 }
 
-/// TCP counters of the server hosts (see [`Testbed::host_counters`]).
+/// TCP counters of the server hosts, and the client's RTOs (see [`Testbed::host_counters`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct HostCounters {
     /// Retransmission timeouts (`TcpExt: TCPTimeouts`): every RTO of every socket on the
@@ -329,6 +329,45 @@ pub struct HostCounters {
     /// Connections the hosts accepted (`Tcp: PassiveOpens`): the handshakes whose SYN-ACKs
     /// crossed the port, against which `syn_ack_retransmits` is a loss rate.
     pub handshakes: u64,
+    /// Retransmission timeouts of the client's own sockets (`TcpExt: TCPTimeouts` of the
+    /// client's namespace; not in `rtos`). The client sends only requests, so its sockets
+    /// rarely time out on data; but when the client tries a handshake again from the same
+    /// port (`incast_rpc`'s handshake retry), its kernel resets the server's stale half-open
+    /// connection and sends the SYN again from a timer of two jiffies (8 ms at HZ 250), and
+    /// that timer counts here as one RTO. The bulk flows' receivers live in the same
+    /// namespace; they send no data, so they add nothing.
+    pub client_rtos: u64,
+}
+
+/// One namespace's `/proc/net/netstat` and `/proc/net/snmp`, read together.
+struct NetCounters<'a> {
+    ns: &'a Netns,
+    netstat: String,
+    snmp: String,
+}
+
+impl<'a> NetCounters<'a> {
+    fn of(ns: &'a Netns) -> Result<Self, TestbedError> {
+        // One thread in the namespace reads both files.
+        let (netstat, snmp) = ns.run(|| -> std::io::Result<(String, String)> {
+            Ok((
+                std::fs::read_to_string("/proc/thread-self/net/netstat")?,
+                std::fs::read_to_string("/proc/thread-self/net/snmp")?,
+            ))
+        })??;
+        Ok(Self { ns, netstat, snmp })
+    }
+
+    /// Counter `name` of `group` in `file` (`netstat` or `snmp`).
+    fn get(&self, file: &str, group: &str, name: &str) -> Result<u64, TestbedError> {
+        let text = if file == "snmp" { &self.snmp } else { &self.netstat };
+        netstat_counter(text, group, name).ok_or_else(|| {
+            TestbedError::Io(std::io::Error::other(format!(
+                "no {group} {name} in /proc/net/{file} of {}",
+                self.ns.name()
+            )))
+        })
+    }
 }
 
 /// Counters of the shaped port's queue.
@@ -603,29 +642,16 @@ impl Testbed {
     }
 
     /// TCP counters of the server hosts, summed over every host namespace's
-    /// `/proc/net/netstat` and `/proc/net/snmp` (see [`HostCounters`]).
+    /// `/proc/net/netstat` and `/proc/net/snmp`, and the client's RTOs (see [`HostCounters`]).
     pub fn host_counters(&self) -> Result<HostCounters, TestbedError> {
         let mut sum = HostCounters::default();
         for host in &self.hosts {
-            // One thread in the namespace reads both files.
-            let (netstat, snmp) = host.run(|| -> std::io::Result<(String, String)> {
-                Ok((
-                    std::fs::read_to_string("/proc/thread-self/net/netstat")?,
-                    std::fs::read_to_string("/proc/thread-self/net/snmp")?,
-                ))
-            })??;
-            let counter = |text: &str, file: &str, group: &str, name: &str| {
-                netstat_counter(text, group, name).ok_or_else(|| {
-                    TestbedError::Io(std::io::Error::other(format!(
-                        "no {group} {name} in /proc/net/{file} of {}",
-                        host.name()
-                    )))
-                })
-            };
-            sum.rtos += counter(&netstat, "netstat", "TcpExt", "TCPTimeouts")?;
-            sum.syn_ack_retransmits += counter(&netstat, "netstat", "TcpExt", "TCPSynRetrans")?;
-            sum.handshakes += counter(&snmp, "snmp", "Tcp", "PassiveOpens")?;
+            let c = NetCounters::of(host)?;
+            sum.rtos += c.get("netstat", "TcpExt", "TCPTimeouts")?;
+            sum.syn_ack_retransmits += c.get("netstat", "TcpExt", "TCPSynRetrans")?;
+            sum.handshakes += c.get("snmp", "Tcp", "PassiveOpens")?;
         }
+        sum.client_rtos = NetCounters::of(&self.client)?.get("netstat", "TcpExt", "TCPTimeouts")?;
         Ok(sum)
     }
 

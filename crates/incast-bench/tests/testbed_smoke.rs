@@ -195,6 +195,14 @@ fn default_reads_every_byte_through_the_host_topology_and_leaves_nothing() {
             "{r}"
         );
         assert!(r["switch_drops"].is_u64());
+        // The client's own RTOs are read from its namespace, apart from the hosts'.
+        let client_rtos = r["client_rtos"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no client_rtos: {r}"));
+        assert!(
+            r["client_rtos_warmup"].as_u64().is_some_and(|w| w <= client_rtos),
+            "{r}"
+        );
         assert!(!r["histogram"].as_str().unwrap().is_empty());
     }
     assert_nothing_left();
