@@ -1582,6 +1582,13 @@ const HANDSHAKE_ATTEMPTS: u32 = 3;
 /// 1, 0 and 0 per run against 11, 16 and 21; host RTOs 13, 13 and 11 against 12, 17 and 18
 /// (the rest are data RTOs); the reads' share 41.3-43.0% against 42.4-42.9%.
 ///
+/// What it costs: the timer that sends the SYN again two ticks later is the client's
+/// retransmission timer, and Linux counts its firing as an RTO (`TCPTimeouts`) in the
+/// client's namespace. By the kernel's counters the retry moves the lost handshake's RTO
+/// from the server (a second) to the client (8 ms at HZ 250); it does not remove it. Traced
+/// on the testbed (100 Mbit/s, bulk flows), each of the client's RTOs in a run was a retried
+/// handshake (docs/measurements.md, *Twenty-seventh session*).
+///
 /// The old socket stays open until the new one is bound, so the port cannot be taken
 /// meanwhile; when it cannot be bound again the old socket is waited for. A path that
 /// tracks connections by their ISN (a stateful firewall) may drop the new SYN; the third
