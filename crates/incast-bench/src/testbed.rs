@@ -358,9 +358,17 @@ impl<'a> NetCounters<'a> {
         Ok(Self { ns, netstat, snmp })
     }
 
-    /// Counter `name` of `group` in `file` (`netstat` or `snmp`).
-    fn get(&self, file: &str, group: &str, name: &str) -> Result<u64, TestbedError> {
-        let text = if file == "snmp" { &self.snmp } else { &self.netstat };
+    /// Counter `name` of `group` in `/proc/net/netstat`.
+    fn netstat(&self, group: &str, name: &str) -> Result<u64, TestbedError> {
+        self.find(&self.netstat, "netstat", group, name)
+    }
+
+    /// Counter `name` of `group` in `/proc/net/snmp`.
+    fn snmp(&self, group: &str, name: &str) -> Result<u64, TestbedError> {
+        self.find(&self.snmp, "snmp", group, name)
+    }
+
+    fn find(&self, text: &str, file: &str, group: &str, name: &str) -> Result<u64, TestbedError> {
         netstat_counter(text, group, name).ok_or_else(|| {
             TestbedError::Io(std::io::Error::other(format!(
                 "no {group} {name} in /proc/net/{file} of {}",
@@ -647,11 +655,11 @@ impl Testbed {
         let mut sum = HostCounters::default();
         for host in &self.hosts {
             let c = NetCounters::of(host)?;
-            sum.rtos += c.get("netstat", "TcpExt", "TCPTimeouts")?;
-            sum.syn_ack_retransmits += c.get("netstat", "TcpExt", "TCPSynRetrans")?;
-            sum.handshakes += c.get("snmp", "Tcp", "PassiveOpens")?;
+            sum.rtos += c.netstat("TcpExt", "TCPTimeouts")?;
+            sum.syn_ack_retransmits += c.netstat("TcpExt", "TCPSynRetrans")?;
+            sum.handshakes += c.snmp("Tcp", "PassiveOpens")?;
         }
-        sum.client_rtos = NetCounters::of(&self.client)?.get("netstat", "TcpExt", "TCPTimeouts")?;
+        sum.client_rtos = NetCounters::of(&self.client)?.netstat("TcpExt", "TCPTimeouts")?;
         Ok(sum)
     }
 
