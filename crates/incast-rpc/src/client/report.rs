@@ -80,7 +80,8 @@ pub enum FanInError {
     Timeout {
         /// The deadline.
         after: Duration,
-        /// Servers with requests outstanding (or waiting for a connection) at the deadline.
+        /// Servers with requests outstanding (or waiting for a connection) at the deadline,
+        /// every one of them (the message names the first 8 and counts the rest).
         waiting_on: Vec<ServerId>,
         /// Bytes of the block confirmed by the deadline (none of them is handed out).
         received: u64,
@@ -103,12 +104,25 @@ pub enum FanInError {
     Tls(#[from] crate::tls::TlsFailure),
 }
 
+/// Servers a [`FanInError::Timeout`] message names (8); the rest are counted. The error's
+/// `waiting_on` keeps every one: a read of 1,024 servers that timed out would otherwise print
+/// a line of 12,000 characters into a service's log.
+const WAITING_LISTED: usize = 8;
+
 fn waiting(servers: &[ServerId]) -> String {
     if servers.is_empty() {
         return "no request outstanding (the read was waiting for admission)".to_owned();
     }
-    let list = servers.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
-    format!("still waiting on {list}")
+    let listed = servers.len().min(WAITING_LISTED);
+    let list = servers[..listed]
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    match servers.len() - listed {
+        0 => format!("still waiting on {list}"),
+        more => format!("still waiting on {} servers: {list} and {more} more", servers.len()),
+    }
 }
 
 /// What happened to one fragment.
@@ -337,6 +351,12 @@ mod tests {
         assert_eq!(
             t(vec![ServerId(2), ServerId(5)]).to_string(),
             "read timed out after 30s with 4096 of 1048576 bytes confirmed, still waiting on server 2, server 5"
+        );
+        assert_eq!(
+            t((0..300u32).map(ServerId).collect()).to_string(),
+            "read timed out after 30s with 4096 of 1048576 bytes confirmed, still waiting on 300 \
+             servers: server 0, server 1, server 2, server 3, server 4, server 5, server 6, \
+             server 7 and 292 more"
         );
         assert_eq!(
             t(vec![]).to_string(),
