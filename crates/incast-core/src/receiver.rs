@@ -2074,9 +2074,10 @@ impl Receiver {
     /// ([`COMPETE_FLOOR_FACTOR`]) or longer than the whole budget could queue
     /// (`beyond_own_budget`), and stops after as many at or under it (see "A deep queue of
     /// other traffic" in the module docs). A sample over the threshold that is neither
-    /// leaves the count as it is. Where the floor's own queue alone passes the threshold,
-    /// and the empty port's last delays say it holds no standing queue
-    /// ([`Self::port_drains`]), the receiver does not compete.
+    /// leaves the count as it is. Where the floor's own queue takes [`SLOW_PORT_MARGIN`]
+    /// times the threshold to drain ([`Self::floor_queue_passes_threshold`]) and the empty
+    /// port's last delays say it holds no standing queue ([`Self::port_drains`]), the
+    /// receiver does not compete.
     fn judge_competition(&mut self, now: Instant, delay: Duration) {
         let slow = self.floor_queue_passes_threshold();
         if slow && self.port_drains(now) {
@@ -3051,8 +3052,8 @@ mod tests {
         };
         // Another read's first byte crossed the empty port within two targets ...
         sample(&mut rx, 300, true);
-        // ... so first bytes 2 ms late at the floor (longer than the floor's queue plus
-        // the threshold, 1.7 ms) are the reads' own queue.
+        // ... so first bytes 2 ms late at the floor (five targets) are the reads' own
+        // queue.
         for _ in 0..2 * COMPETE_SAMPLES {
             sample(&mut rx, 2_000, false);
         }
