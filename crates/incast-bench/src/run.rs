@@ -257,6 +257,10 @@ pub struct Measurement {
     pub learnt_target_us: f64,
     /// The port's base RTT at the end, microseconds (0: not measured).
     pub base_rtt_us: f64,
+    /// The port's rate as the client-wide receiver knew it at the end, Mbit/s: the rate
+    /// hint, else its own measurement (`ReceiverStats::link_rate_bytes_per_sec`; 0: not
+    /// measured).
+    pub port_rate_mbps: f64,
     /// Whether reads came in batches of `concurrency` started together (else each reader
     /// starts its next read as its last one ends).
     pub batch: bool,
@@ -611,6 +615,7 @@ pub async fn measure(
             m.delay_holds = p.delay_holds;
             m.learnt_target_us = p.learnt_target.map_or(0.0, |d| d.as_secs_f64() * 1e6);
             m.base_rtt_us = p.base_rtt.map_or(0.0, |d| d.as_secs_f64() * 1e6);
+            m.port_rate_mbps = p.link_rate_bytes_per_sec.map_or(0.0, |r| r * 8.0 / 1e6);
         }
     }
     let bulk = background.bytes().saturating_sub(bulk_before);
