@@ -1093,6 +1093,53 @@ pub struct ReceiverStats {
     pub reads: u64,
 }
 
+/// The last `N` samples of a measure, the newest in place of the oldest (a ring), for the
+/// medians the receiver's rules take of them.
+#[derive(Clone, Copy, Debug)]
+struct RecentSamples<T, const N: usize> {
+    slots: [Option<T>; N],
+    next: usize,
+}
+
+impl<T: Copy + PartialOrd, const N: usize> RecentSamples<T, N> {
+    fn new() -> Self {
+        Self {
+            slots: [None; N],
+            next: 0,
+        }
+    }
+
+    fn push(&mut self, x: T) {
+        self.slots[self.next] = Some(x);
+        self.next = (self.next + 1) % N;
+    }
+
+    /// How many samples were taken (at most `N`).
+    fn taken(&self) -> usize {
+        self.slots.iter().flatten().count()
+    }
+
+    /// The median of the samples taken; of an even count, the upper of the two middle ones
+    /// if `upper`, else the lower. `None` before the first.
+    fn median(&self, upper: bool) -> Option<T> {
+        let mut s = self.slots;
+        // `None` sorts first, so the samples taken fill the top of the array.
+        s.sort_unstable_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+        let taken = self.taken();
+        let from_top = if upper { taken.saturating_sub(1) / 2 } else { taken / 2 };
+        s[N - 1 - from_top]
+    }
+}
+
+/// The larger of `cur` and `x` measured at `now`; `cur` only while it is younger than
+/// [`BASE_RTT_WINDOW`] (the receiver's windowed maxima of the port's rate).
+fn windowed_max(cur: Option<(f64, Instant)>, x: f64, now: Instant) -> (f64, Instant) {
+    match cur {
+        Some((m, at)) if m >= x && now < at + BASE_RTT_WINDOW => (m, at),
+        _ => (x, now),
+    }
+}
+
 #[derive(Clone, Debug)]
 struct ReadState {
     sched: Scheduler,
@@ -1188,9 +1235,8 @@ pub struct Receiver {
     busy_last: Option<(Instant, bool)>,
     busy_time: Duration,
     busy_bytes: u64,
-    /// The last [`RATE_SAMPLE_MEDIAN`] busy-time samples, bytes per second (a ring).
-    rate_samples: [Option<f64>; RATE_SAMPLE_MEDIAN],
-    rate_samples_next: usize,
+    /// The last [`RATE_SAMPLE_MEDIAN`] busy-time samples, bytes per second.
+    rate_samples: RecentSamples<f64, RATE_SAMPLE_MEDIAN>,
     delivered: u64,
     hedge_tokens: u64,
     /// When the hedge bucket last refilled with time.
@@ -1231,9 +1277,8 @@ pub struct Receiver {
     competing: bool,
     /// A grant went out on an empty port: the next delay sample is an empty port's.
     empty_port_armed: bool,
-    /// The last [`EMPTY_PORT_SAMPLES`] delays of grants issued on an empty port (a ring).
-    empty_port_delays: [Option<Duration>; EMPTY_PORT_SAMPLES],
-    empty_port_next: usize,
+    /// The last [`EMPTY_PORT_SAMPLES`] delays of grants issued on an empty port.
+    empty_port_delays: RecentSamples<Duration, EMPTY_PORT_SAMPLES>,
     /// When the newest of them was taken.
     empty_port_at: Option<Instant>,
 }
@@ -1282,8 +1327,7 @@ impl Receiver {
             busy_last: None,
             busy_time: Duration::ZERO,
             busy_bytes: 0,
-            rate_samples: [None; RATE_SAMPLE_MEDIAN],
-            rate_samples_next: 0,
+            rate_samples: RecentSamples::new(),
             delivered: 0,
             rtt: None,
             stats: ReceiverStats::default(),
@@ -1291,8 +1335,7 @@ impl Receiver {
             under: 0,
             competing: false,
             empty_port_armed: false,
-            empty_port_delays: [None; EMPTY_PORT_SAMPLES],
-            empty_port_next: 0,
+            empty_port_delays: RecentSamples::new(),
             empty_port_at: None,
         }
     }
@@ -2123,8 +2166,7 @@ impl Receiver {
             r.port.delay_max = r.port.delay_max.max(delay);
         }
         if std::mem::take(&mut self.empty_port_armed) {
-            self.empty_port_delays[self.empty_port_next] = Some(delay);
-            self.empty_port_next = (self.empty_port_next + 1) % EMPTY_PORT_SAMPLES;
+            self.empty_port_delays.push(delay);
             self.empty_port_at = Some(now);
         }
         self.judge_competition(now, delay);
@@ -2212,11 +2254,8 @@ impl Receiver {
         if self.empty_port_at.is_none_or(|t| now >= t + BASE_RTT_WINDOW) {
             return false;
         }
-        let mut d = self.empty_port_delays;
-        d.sort_unstable();
-        // None sorts first: the median of those taken, at least two.
-        let taken = d.iter().flatten().count();
-        taken >= 2 && d[EMPTY_PORT_SAMPLES - 1 - (taken - 1) / 2].is_some_and(|m| m <= threshold)
+        // The median of those taken (the upper of two), at least two.
+        self.empty_port_delays.taken() >= 2 && self.empty_port_delays.median(true).is_some_and(|m| m <= threshold)
     }
 
     /// Whether a delay sample is longer than the whole budget could queue at the port's
@@ -2253,10 +2292,7 @@ impl Receiver {
                 Some(x) => x * 0.875 + r * 0.125,
             };
             self.rate = Some(smoothed);
-            self.max_smoothed_rate = match self.max_smoothed_rate {
-                Some((m, at)) if m >= smoothed && now < at + BASE_RTT_WINDOW => Some((m, at)),
-                _ => Some((smoothed, now)),
-            };
+            self.max_smoothed_rate = Some(windowed_max(self.max_smoothed_rate, smoothed, now));
         }
         self.rate_window = Some((now, self.delivered));
     }
@@ -2290,20 +2326,12 @@ impl Receiver {
         }
         let sample = self.busy_bytes as f64 / self.busy_time.as_secs_f64();
         (self.busy_time, self.busy_bytes) = (Duration::ZERO, 0);
-        self.rate_samples[self.rate_samples_next] = Some(sample);
-        self.rate_samples_next = (self.rate_samples_next + 1) % RATE_SAMPLE_MEDIAN;
+        self.rate_samples.push(sample);
         // The median of those taken (the lower of two): one sample lifted by a host's late
-        // read does not count. `None` sorts first.
-        let mut last = self.rate_samples;
-        last.sort_unstable_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
-        let taken = last.iter().flatten().count();
-        let Some(r) = last[RATE_SAMPLE_MEDIAN - 1 - taken / 2] else {
-            return;
-        };
-        self.max_rate = match self.max_rate {
-            Some((m, at)) if m >= r && now < at + BASE_RTT_WINDOW => Some((m, at)),
-            _ => Some((r, now)),
-        };
+        // read does not count.
+        if let Some(r) = self.rate_samples.median(false) {
+            self.max_rate = Some(windowed_max(self.max_rate, r, now));
+        }
     }
 
     /// The port's rate as far as this receiver knows: the user's hint, else the largest
@@ -3172,7 +3200,7 @@ mod tests {
         assert!(gs.len() >= 2);
         rx.on_bytes(t + us(50), k, gs[0].1.id, 1).unwrap();
         rx.on_bytes(t + us(2_050), k, gs[1].1.id, 1).unwrap();
-        assert_eq!(rx.empty_port_delays.iter().flatten().count(), 1);
+        assert_eq!(rx.empty_port_delays.taken(), 1);
         // One such sample decides nothing (the first one sets the base RTT).
         assert!(!rx.port_drains(t + us(2_050)));
         rx.budget = rx.config.min_budget;
