@@ -266,9 +266,25 @@
 //! 1 Gbit/s 40-50% where they had 40-42%; on the 16 KiB and 32 KiB ports without bulk flows
 //! the goodput and the drops stayed within the noise of two runs each.
 //!
-//! The start: [`ReceiverConfig::for_port`] starts B at [`crate::model::recommend`]'s budget
-//! for the port's rate and buffer; without a hint, at [`DEFAULT_INITIAL_BUDGET`] (the
-//! 64 KiB that served one read per 1 Gbit/s port here).
+//! # The start
+//!
+//! [`ReceiverConfig::for_port`] starts B at [`crate::model::recommend`]'s budget for the
+//! port's rate and buffer; without a hint, at [`DEFAULT_INITIAL_BUDGET`], the floor, and
+//! slow start (see *Growth*) doubles it every round trip until a severe delay or a loss
+//! ends that. Without a hint nothing says how much the port holds, and the first grants go
+//! out before any sample: the 64 KiB that served one read per 1 Gbit/s port here overflowed
+//! a 10 Mbit/s port, which holds 48 KiB with its token bucket. Its first reads lost their
+//! tails and waited for their servers' RTOs: 18 and 23 host RTOs per 4 rows (16 and 64
+//! senders of 4 KiB, 1 and 4 reads), all in the warm-up, and 183-201 switch drops; started
+//! at 16 KiB, 0 and 0 RTOs and 10-14 drops in two runs each, the same goodput (97.5%). The
+//! floor costs a fast path two round trips once per client: at 1 Gbit/s (18 rows), behind
+//! 2 bulk flows and on loopback the runs stayed within their noise (docs/measurements.md,
+//! *Thirtieth session*). It costs more where the servers take long to answer, since a
+//! round trip is then their time: a client's first read of 4 x 48 KiB from servers that
+//! answer after 300 ms took 2.1 s on loopback, one grant per round trip at first, where a
+//! 64 KiB start sent four grants at once. A client that knows its port gives the hint
+//! (`for_port`); one that knows its servers are slow can start higher
+//! ([`ReceiverConfigBuilder::initial_budget`]).
 //!
 //! # A deep queue of other traffic
 //!
@@ -568,8 +584,9 @@ use crate::scheduler::InvariantViolation;
 use crate::scheduler::{Action, Delivery, EventError, Gate, GrantId, Polled, ReadError, Scheduler, SchedulerStats};
 use crate::stripe::Stripe;
 
-/// Default starting budget without a port-rate hint (64 KiB).
-pub const DEFAULT_INITIAL_BUDGET: u64 = 64 * 1024;
+/// Default starting budget without a port-rate hint (16 KiB, the default floor; slow start
+/// doubles it every round trip, see *The start* in the module docs).
+pub const DEFAULT_INITIAL_BUDGET: u64 = 16 * 1024;
 /// Default floor of the budget (16 KiB, one default chunk).
 pub const DEFAULT_MIN_BUDGET: u64 = 16 * 1024;
 /// Default ceiling of the budget (64 MiB: a 100 Gbit/s path with 5 ms of RTT).
@@ -846,6 +863,9 @@ impl ReceiverConfig {
 #[derive(Clone, Debug, PartialEq)]
 pub struct ReceiverConfigBuilder {
     c: ReceiverConfig,
+    /// Whether [`ReceiverConfigBuilder::initial_budget`] was called; if not, the starting
+    /// budget follows a raised floor.
+    initial_set: bool,
 }
 
 impl Default for ReceiverConfigBuilder {
@@ -864,19 +884,23 @@ impl Default for ReceiverConfigBuilder {
                 pacing: DEFAULT_PACING,
                 port_rate_bps: None,
             },
+            initial_set: false,
         }
     }
 }
 
 impl ReceiverConfigBuilder {
-    /// Starting budget in bytes. Default [`DEFAULT_INITIAL_BUDGET`]; range `[min, max]`.
+    /// Starting budget in bytes. Default [`DEFAULT_INITIAL_BUDGET`], or the floor
+    /// ([`ReceiverConfigBuilder::min_budget`]) if that is larger; range `[min, max]`.
     pub fn initial_budget(mut self, bytes: u64) -> Self {
         self.c.initial_budget = bytes;
+        self.initial_set = true;
         self
     }
     /// Floor of the adaptive budget in bytes. Default [`DEFAULT_MIN_BUDGET`]; range
-    /// `[1, initial]`. A grant larger than the budget still goes out when nothing is
-    /// outstanding.
+    /// `[1, initial]` when the starting budget is set, else `[1, max]` (the starting budget
+    /// then follows the floor up). A grant larger than the budget still goes out when
+    /// nothing is outstanding.
     pub fn min_budget(mut self, bytes: u64) -> Self {
         self.c.min_budget = bytes;
         self
@@ -938,7 +962,10 @@ impl ReceiverConfigBuilder {
     }
     /// Checks every setting.
     pub fn build(self) -> Result<ReceiverConfig, ReceiverConfigError> {
-        let c = self.c;
+        let mut c = self.c;
+        if !self.initial_set {
+            c.initial_budget = c.initial_budget.max(c.min_budget);
+        }
         if !(1 <= c.min_budget
             && c.min_budget <= c.initial_budget
             && c.initial_budget <= c.max_budget
@@ -2497,7 +2524,7 @@ mod tests {
         let b = rx.start_read(t, &stripe, &Policy::default(), 2, ReadOptions::default());
         let gs = requests(&mut rx, t);
         let total: u64 = gs.iter().map(|(_, g)| g.len).sum();
-        assert_eq!(total, DEFAULT_INITIAL_BUDGET, "both reads under one 64 KiB budget");
+        assert_eq!(total, DEFAULT_INITIAL_BUDGET, "both reads under one budget");
         assert!(
             gs.iter().all(|(k, _)| *k == a),
             "equal reads: the first started goes first"
@@ -2544,7 +2571,9 @@ mod tests {
 
     #[test]
     fn budget_grows_without_signals_and_halves_once_per_rtt_on_loss() {
-        let mut rx = Receiver::new(ReceiverConfig::default());
+        // Started over the floor, so that the decreases below are not clamped by it.
+        let initial = 64 * 1024;
+        let mut rx = Receiver::new(ReceiverConfig::builder().initial_budget(initial).build().unwrap());
         let t = Instant::now();
         let stripe = Stripe::fixed_sru("a", &servers(8), 256 * 1024).unwrap();
         rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
@@ -2554,7 +2583,7 @@ mod tests {
             finish(&mut rx, t, k, &g);
         }
         let grown = rx.budget();
-        assert!(grown >= 2 * DEFAULT_INITIAL_BUDGET, "slow start doubles: {grown}");
+        assert!(grown >= 2 * initial, "slow start doubles: {grown}");
         // The first loss window (alpha starts at 1, every response lossy) halves.
         let mut now = t + Duration::from_millis(1);
         rx.on_loss(now, 3, 0);
@@ -2585,11 +2614,49 @@ mod tests {
         assert_eq!(rx.budget(), (b / 2).max(DEFAULT_MIN_BUDGET), "never below the floor");
     }
 
-    /// A default receiver with one read over 64 servers at pipeline depth 1, and its first
+    #[test]
+    fn without_a_hint_the_first_grants_fit_a_slow_port_and_slow_start_doubles_them() {
+        // 64 servers of 4 KiB: 64 KiB at once would overflow a 10 Mbit/s port that holds
+        // 48 KiB with its token bucket; the first grants hold the floor.
+        let mut rx = Receiver::new(ReceiverConfig::default());
+        assert_eq!(rx.budget(), DEFAULT_MIN_BUDGET);
+        let t = Instant::now();
+        let stripe = Stripe::fixed_sru("a", &servers(64), MIN_CHUNK).unwrap();
+        rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
+        let gs = requests(&mut rx, t);
+        let first: u64 = gs.iter().map(|(_, g)| g.len).sum();
+        assert_eq!(first, DEFAULT_MIN_BUDGET, "{} grants", gs.len());
+        assert_eq!(rx.stats().outstanding, DEFAULT_MIN_BUDGET);
+        // Delivered without delay or loss, they double the budget: a fast path is not held
+        // to the floor for more than a few round trips.
+        let t = t + Duration::from_micros(100);
+        for (k, g) in gs {
+            finish(&mut rx, t, k, &g);
+        }
+        assert_eq!(rx.budget(), 2 * DEFAULT_MIN_BUDGET);
+        let second: u64 = requests(&mut rx, t).iter().map(|(_, g)| g.len).sum();
+        assert_eq!(second, 2 * DEFAULT_MIN_BUDGET);
+        // A raised floor lifts the default start with it; an explicit start is checked.
+        let c = ReceiverConfig::builder().min_budget(32 * 1024).build().unwrap();
+        assert_eq!(c.initial_budget(), 32 * 1024);
+        assert!(ReceiverConfig::builder()
+            .min_budget(32 * 1024)
+            .initial_budget(16 * 1024)
+            .build()
+            .is_err());
+    }
+
+    /// The default settings with a starting budget of `bytes`, over the default floor, so
+    /// that a test sees several grants at once and decreases that the floor does not clamp.
+    fn started_at(bytes: u64) -> ReceiverConfig {
+        ReceiverConfig::builder().initial_budget(bytes).build().unwrap()
+    }
+
+    /// A receiver started at 64 KiB with one read over 64 servers at pipeline depth 1, and its first
     /// grants, one per server: each on an idle connection, so each first byte is a clean
     /// queueing-delay sample.
     fn one_grant_per_server(t: Instant) -> (Receiver, ReadKey, Vec<(ReadKey, crate::Grant)>) {
-        let mut rx = Receiver::new(ReceiverConfig::default());
+        let mut rx = Receiver::new(started_at(64 * 1024));
         let stripe = Stripe::fixed_sru("a", &servers(64), 64 * 1024).unwrap();
         let one_deep = Policy::builder().pipeline_depth(1).build().unwrap();
         let k = rx.start_read(t, &stripe, &one_deep, 1, ReadOptions::default());
@@ -3020,7 +3087,11 @@ mod tests {
             [budget / 2, budget / 2]
         );
         // A budget of two policy chunks or more keeps the policy's chunk.
-        let mut rx = Receiver::new(ReceiverConfig::builder().adaptive(false).build().unwrap());
+        let cfg = ReceiverConfig::builder()
+            .adaptive(false)
+            .initial_budget(64 * 1024)
+            .build();
+        let mut rx = Receiver::new(cfg.unwrap());
         rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
         assert!(requests(&mut rx, t).iter().all(|(_, g)| g.len == 16 * 1024));
     }
@@ -3320,7 +3391,7 @@ mod tests {
         // Read A's only server freezes with A's grants outstanding; its stalls shrink the
         // budget below what those grants hold. Read B, on a healthy server, must still get
         // the port within the silence bound, and the port's accounting must stay whole.
-        let mut rx = Receiver::new(ReceiverConfig::default());
+        let mut rx = Receiver::new(started_at(64 * 1024));
         let t = Instant::now();
         let frozen = Stripe::fixed_sru("a", &[ServerId(0)], 1 << 20).unwrap();
         let healthy = Stripe::fixed_sru("b", &[ServerId(1)], 64 * 1024).unwrap();

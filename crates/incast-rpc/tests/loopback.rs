@@ -1065,7 +1065,16 @@ async fn on_a_lossy_port_a_silent_connection_owing_only_cancelled_responses_is_r
         ..TcpCounters::default()
     };
     let lossy = fake_server_with(|_| Duration::ZERO, 0x22, false, Some(loss)).await;
-    let client = Client::new([(ServerId(0), primary), (ServerId(1), replica), (ServerId(2), lossy)]);
+    // A budget that admits both grants at once (the default starts at 16 KiB, under the
+    // primary's 20,000 bytes): the lossy answer must come while the primary's is owed.
+    let receiver = incast_core::receiver::ReceiverConfig::builder()
+        .initial_budget(64 * 1024)
+        .build()
+        .unwrap();
+    let client = Client::with_config(
+        [(ServerId(0), primary), (ServerId(1), replica), (ServerId(2), lossy)],
+        ClientConfig::builder().receiver(receiver).build().unwrap(),
+    );
     let stripe = Stripe::new(vec![
         Fragment::new(ServerId(0), "k", 0, 20_000).with_replicas([ServerId(1)]),
         Fragment::new(ServerId(2), "k", 0, 1_000),

@@ -166,7 +166,14 @@ async fn a_server_removed_mid_read_fails_the_read_typed_or_its_replica_takes_ove
         .enumerate()
         .map(|(i, h)| (ServerId(i as u32), h.local_addr()))
         .collect();
-    let client = Arc::new(Client::with_config(addrs.clone(), ClientConfig::default()));
+    // A starting budget that holds every request at once (the default starts at 16 KiB and
+    // doubles per round trip, here the servers' 300 ms).
+    let receiver = incast_core::receiver::ReceiverConfig::builder()
+        .initial_budget((n * FRAG) as u64)
+        .build()
+        .unwrap();
+    let cfg = ClientConfig::builder().receiver(receiver).build().unwrap();
+    let client = Arc::new(Client::with_config(addrs.clone(), cfg));
     let policy = Policy::builder().hedging(Hedging::Off).build().unwrap();
 
     // Without a replica: a typed error naming the server, long before the read's deadline.

@@ -196,8 +196,9 @@ impl ClientConfigBuilder {
         self.cfg.sharing = s;
         self
     }
-    /// The client-wide receiver's settings. Default [`ReceiverConfig::default`]: a 64 KiB
-    /// starting budget that adapts to what the reads measure. Replaced by
+    /// The client-wide receiver's settings. Default [`ReceiverConfig::default`]: a 16 KiB
+    /// starting budget that doubles every round trip until the port shows delay or loss,
+    /// then adapts to what the reads measure. Replaced by
     /// [`ClientConfigBuilder::port_hint`] when that is given.
     pub fn receiver(mut self, r: ReceiverConfig) -> Self {
         self.cfg.receiver = r;
