@@ -224,3 +224,53 @@ async fn a_server_removed_mid_read_fails_the_read_typed_or_its_replica_takes_ove
         h.shutdown().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_server_whose_fragment_was_not_requested_yet_fails_the_read_at_once() {
+    // The default client starts its budget at 16 KiB: at first one 16 KiB grant of the
+    // first fragment is out, and the last fragment's request is a few of these servers'
+    // 300 ms round trips away. Removing that fragment's only server must end the read now.
+    let n = 4;
+    let mut hs = Vec::new();
+    for i in 0..n {
+        hs.push(replica_server(i, n, Duration::from_millis(300)).await);
+    }
+    let addrs: Vec<_> = hs
+        .iter()
+        .enumerate()
+        .map(|(i, h)| (ServerId(i as u32), h.local_addr()))
+        .collect();
+    let client = Arc::new(Client::with_config(addrs, ClientConfig::default()));
+    let policy = Policy::builder().hedging(Hedging::Off).build().unwrap();
+    let lone = Stripe::new(
+        (0..n)
+            .map(|j| Fragment::new(ServerId(j as u32), frag_key(j), 0, FRAG as u64))
+            .collect(),
+    )
+    .unwrap();
+    let reader = {
+        let (client, lone, policy) = (client.clone(), lone.clone(), policy.clone());
+        tokio::spawn(async move {
+            let t = Instant::now();
+            let r = client.fan_in_read(&lone, &policy).await;
+            (r, t.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let removed_at = Instant::now();
+    client.remove_server(ServerId(3)).unwrap();
+    let (result, took) = reader.await.unwrap();
+    let after = removed_at.elapsed();
+    match result {
+        Err(FanInError::ServerRemoved { server, fragment }) => assert_eq!((server, fragment), (ServerId(3), 3)),
+        other => panic!("expected ServerRemoved naming server 3, got {other:?}"),
+    }
+    // Before the first response (300 ms) came back, let alone the last fragment's turn.
+    assert!(
+        after < Duration::from_millis(200),
+        "ended {after:?} after the removal ({took:?} in all)"
+    );
+    for h in hs {
+        h.shutdown().await;
+    }
+}

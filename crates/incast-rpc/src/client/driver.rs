@@ -598,6 +598,23 @@ impl<'a> Driver<'a> {
             let server = self.streams[&g].server;
             self.fail_stream(g, format!("{server} was removed from the client"));
         }
+        // A fragment that no member serves any more ends the read now, typed, not when its
+        // turn to be granted comes: under a small budget (a fresh client's starts at 16 KiB,
+        // a slow port's stays there) that may be many round trips away.
+        if self.fatal.is_none() {
+            let orphan = self.stripe.fragments().iter().enumerate().find(|(i, f)| {
+                std::iter::once(f.server())
+                    .chain(f.replicas().iter().copied())
+                    .all(|s| self.client.addr_of(s).is_none())
+                    && !self.sched.fragment_whole(*i)
+            });
+            if let Some((fragment, f)) = orphan {
+                self.fatal = Some(FanInError::ServerRemoved {
+                    server: f.server(),
+                    fragment,
+                });
+            }
+        }
     }
 
     /// Writes grant `g`'s request on connection `i` (flushed by the caller).

@@ -186,8 +186,9 @@ impl Client {
     /// Removes server `id`; returns its address if it was a member. Reads started from now on
     /// that name it fail with [`FanInError::UnknownServer`]. Running reads stop using it at
     /// once: their requests to it are retried on a replica, or the read fails with
-    /// [`FanInError::ServerRemoved`]. Its pooled connections are closed; everything else is
-    /// kept.
+    /// [`FanInError::ServerRemoved`]; so does a running read with a fragment that no member
+    /// serves any more, requested yet or not. Its pooled connections are closed; everything
+    /// else is kept.
     pub fn remove_server(&self, id: ServerId) -> Option<SocketAddr> {
         let old = self.addrs.write().unwrap_or_else(|e| e.into_inner()).remove(&id);
         if old.is_some() {
