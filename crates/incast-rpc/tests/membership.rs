@@ -36,6 +36,43 @@ async fn replica_server(i: usize, n: usize, delay: Duration) -> ServerHandle {
     .unwrap()
 }
 
+/// `n` replica servers that answer each request after 300 ms, and their ids and addresses.
+async fn slow_servers(n: usize) -> (Vec<ServerHandle>, Vec<(ServerId, std::net::SocketAddr)>) {
+    let mut hs = Vec::new();
+    for i in 0..n {
+        hs.push(replica_server(i, n, Duration::from_millis(300)).await);
+    }
+    let addrs = hs
+        .iter()
+        .enumerate()
+        .map(|(i, h)| (ServerId(i as u32), h.local_addr()))
+        .collect();
+    (hs, addrs)
+}
+
+/// Reads `stripe` in a task; the result and how long the read took.
+fn spawn_read(
+    client: &Arc<Client>,
+    stripe: &Stripe,
+    policy: &Policy,
+) -> tokio::task::JoinHandle<(Result<incast_rpc::ReadOutput, FanInError>, Duration)> {
+    let (client, stripe, policy) = (client.clone(), stripe.clone(), policy.clone());
+    tokio::spawn(async move {
+        let t = Instant::now();
+        (client.fan_in_read(&stripe, &policy).await, t.elapsed())
+    })
+}
+
+/// Fragment j on server j, without replicas.
+fn lone_stripe(n: usize) -> Stripe {
+    Stripe::new(
+        (0..n)
+            .map(|j| Fragment::new(ServerId(j as u32), frag_key(j), 0, FRAG as u64))
+            .collect(),
+    )
+    .unwrap()
+}
+
 /// Fragment j on server j, with server j+1 as its replica.
 fn replicated_stripe(n: usize) -> Stripe {
     Stripe::new(
@@ -156,16 +193,8 @@ async fn reads_keep_succeeding_while_servers_leave_and_join_under_load() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_removed_mid_read_fails_the_read_typed_or_its_replica_takes_over() {
     let n = 4;
-    let mut hs = Vec::new();
-    for i in 0..n {
-        // Slow enough that the removal lands while every request is out.
-        hs.push(replica_server(i, n, Duration::from_millis(300)).await);
-    }
-    let addrs: Vec<_> = hs
-        .iter()
-        .enumerate()
-        .map(|(i, h)| (ServerId(i as u32), h.local_addr()))
-        .collect();
+    // Slow enough that the removal lands while every request is out.
+    let (hs, addrs) = slow_servers(n).await;
     // A starting budget that holds every request at once (the default starts at 16 KiB and
     // doubles per round trip, here the servers' 300 ms).
     let receiver = incast_core::receiver::ReceiverConfig::builder()
@@ -177,19 +206,8 @@ async fn a_server_removed_mid_read_fails_the_read_typed_or_its_replica_takes_ove
     let policy = Policy::builder().hedging(Hedging::Off).build().unwrap();
 
     // Without a replica: a typed error naming the server, long before the read's deadline.
-    let lone = Stripe::new(
-        (0..n)
-            .map(|j| Fragment::new(ServerId(j as u32), frag_key(j), 0, FRAG as u64))
-            .collect(),
-    )
-    .unwrap();
-    let reader = {
-        let (client, lone, policy) = (client.clone(), lone.clone(), policy.clone());
-        tokio::spawn(async move {
-            let t = Instant::now();
-            (client.fan_in_read(&lone, &policy).await, t.elapsed())
-        })
-    };
+    let lone = lone_stripe(n);
+    let reader = spawn_read(&client, &lone, &policy);
     tokio::time::sleep(Duration::from_millis(100)).await;
     client.remove_server(ServerId(2)).unwrap();
     let (result, took) = reader.await.unwrap();
@@ -231,31 +249,11 @@ async fn a_removed_server_whose_fragment_was_not_requested_yet_fails_the_read_at
     // first fragment is out, and the last fragment's request is a few of these servers'
     // 300 ms round trips away. Removing that fragment's only server must end the read now.
     let n = 4;
-    let mut hs = Vec::new();
-    for i in 0..n {
-        hs.push(replica_server(i, n, Duration::from_millis(300)).await);
-    }
-    let addrs: Vec<_> = hs
-        .iter()
-        .enumerate()
-        .map(|(i, h)| (ServerId(i as u32), h.local_addr()))
-        .collect();
+    let (hs, addrs) = slow_servers(n).await;
     let client = Arc::new(Client::with_config(addrs, ClientConfig::default()));
     let policy = Policy::builder().hedging(Hedging::Off).build().unwrap();
-    let lone = Stripe::new(
-        (0..n)
-            .map(|j| Fragment::new(ServerId(j as u32), frag_key(j), 0, FRAG as u64))
-            .collect(),
-    )
-    .unwrap();
-    let reader = {
-        let (client, lone, policy) = (client.clone(), lone.clone(), policy.clone());
-        tokio::spawn(async move {
-            let t = Instant::now();
-            let r = client.fan_in_read(&lone, &policy).await;
-            (r, t.elapsed())
-        })
-    };
+    let lone = lone_stripe(n);
+    let reader = spawn_read(&client, &lone, &policy);
     tokio::time::sleep(Duration::from_millis(50)).await;
     let removed_at = Instant::now();
     client.remove_server(ServerId(3)).unwrap();
