@@ -642,10 +642,12 @@ struct SweepArgs {
 
 #[derive(clap::Args, Debug, Clone)]
 struct LinkArgs {
-    /// Testbed: rate of the client's switch port.
+    /// Testbed: rate of the client's switch port. With --servers: the rate the `hinted`
+    /// strategy tells the client.
     #[arg(long, default_value = "1gbit", value_parser = parse_rate)]
     rate: u64,
-    /// Testbed: bytes the client's switch port can queue (with --servers: a hint for `capped`).
+    /// Testbed: bytes the client's switch port can queue (with --servers: a hint for `capped`
+    /// and `hinted`).
     #[arg(long, default_value = "32KiB", value_parser = parse_bytes)]
     buffer: u64,
     /// Testbed: tbf token bucket of the port. Default: 131 us at the port's rate, at least
@@ -873,6 +875,7 @@ impl Common {
         senders: Vec<usize>,
         strategies: Vec<Strategy>,
         buffer_hint: u64,
+        rate_hint: Option<u64>,
         cc: &str,
     ) -> Result<SweepSpec, CliError> {
         Ok(SweepSpec {
@@ -888,6 +891,7 @@ impl Common {
             min_time: self.min_time,
             read_timeout: self.read_timeout,
             buffer_hint,
+            rate_hint,
             cc: cc.to_owned(),
             quiet: self.quiet,
             quic_ca: self.quic_ca.clone(),
@@ -922,9 +926,15 @@ fn finish(
 }
 
 fn run_sweep(a: &SweepArgs) -> Result<(), CliError> {
-    let spec = a
-        .common
-        .spec(a.senders.clone(), a.strategies.clone(), a.link.buffer, &a.link.cc)?;
+    // The port's rate for `hinted`: the testbed's, or the user's word for real hosts.
+    let rate_hint = (a.testbed || !a.servers.is_empty()).then_some(a.link.rate);
+    let spec = a.common.spec(
+        a.senders.clone(),
+        a.strategies.clone(),
+        a.link.buffer,
+        rate_hint,
+        &a.link.cc,
+    )?;
     let (network, tb_config) = if a.testbed {
         let mut config = a.link.testbed(a.senders.iter().copied().max().unwrap_or(1));
         // The bulk senders' own hosts (see `servers`).
@@ -955,7 +965,7 @@ fn run_sweep(a: &SweepArgs) -> Result<(), CliError> {
 fn run_read(a: &ReadArgs) -> Result<(), CliError> {
     let spec = a
         .common
-        .spec(vec![a.servers.len()], vec![a.strategy], a.buffer, &a.cc)?;
+        .spec(vec![a.servers.len()], vec![a.strategy], a.buffer, None, &a.cc)?;
     let r = sweep::run(spec, Network::Hosts(a.servers.clone()))?;
     finish(&a.common, "hosts", None, &r, "incast-bench read")
 }
@@ -1152,6 +1162,7 @@ fn run_demo(a: &DemoArgs) -> Result<(), CliError> {
         DEMO_SENDERS.to_vec(),
         vec![Strategy::Naive, Strategy::Default, Strategy::Quic],
         tb_config.buffer_bytes,
+        tb.as_ref().map(|t| t.rate_bps),
         &tb_config.cc,
     )?;
     let r = sweep::run(spec, network)?;

@@ -116,8 +116,10 @@ pub struct RunSpec {
     pub blocks: u32,
     /// Unmeasured warm-up blocks.
     pub warmup: u32,
-    /// Port buffer the `capped` strategy divides among senders.
+    /// Port buffer the `capped` strategy divides among senders and `hinted` tells the client.
     pub buffer_hint: u64,
+    /// Port rate in bits per second that `hinted` tells the client (`None`: unknown).
+    pub rate_hint: Option<u64>,
     /// Deadline of one block.
     pub read_timeout: Duration,
     /// Congestion control set on the client's sockets.
@@ -421,6 +423,7 @@ pub async fn measure(
             .plan(
                 spec.senders,
                 spec.buffer_hint,
+                spec.rate_hint,
                 spec.read_timeout,
                 &spec.cc,
                 spec.quic.as_ref(),

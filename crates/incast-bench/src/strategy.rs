@@ -11,6 +11,7 @@
 //! | `chunked` | receiver-driven grants of C bytes under K and B | kernel defaults |
 //! | `hedged` | as naive, plus application-level microsecond RTO hedging | kernel defaults |
 //! | `default` | `Policy::default()` | `ClientConfig::default()`: concurrent reads share one client-wide receiver |
+//! | `hinted` | `Policy::default()` | as default, told the port's rate and buffer (`ClientConfigBuilder::port_hint`; the testbed's, or `--rate` and `--buffer` with `--servers`) |
 //! | `per-read` | `Policy::default()` | as default, but every read schedules itself alone (`Sharing::PerRead`, the behaviour before the client-wide receiver) |
 //! | `paced` | `Policy::default()` | as default, and every grant carries a pacing rate the server applies (`ReceiverConfigBuilder::pacing`) |
 //! | `rto-route` | as naive; the servers' route gets `rto_min 1ms` (testbed only) | kernel defaults |
@@ -19,7 +20,7 @@
 //! | `tls` | `Policy::default()` | as default, over mutual TLS 1.3 (servers started here only: they serve TLS on a second set of ports) |
 //! | `blocking` | none: the reference client of [`crate::reference`], one thread per fragment | kernel defaults |
 //!
-//! Every strategy but `default`, `tls`, `quic` and `fallback` schedules each read alone
+//! Every strategy but `default`, `hinted`, `tls`, `quic` and `fallback` schedules each read alone
 //! (`Sharing::PerRead`): the literature's mechanisms are per read, and `naive` must not be
 //! limited by a port budget.
 
@@ -53,6 +54,8 @@ pub enum Strategy {
     Hedged,
     /// The library's defaults.
     Default,
+    /// The library's defaults, told the port's rate and buffer.
+    Hinted,
     /// The library's defaults, each read scheduled alone.
     PerRead,
     /// The library's defaults, with every fragment's length unknown to the client: each is a
@@ -74,13 +77,14 @@ pub enum Strategy {
 
 impl Strategy {
     /// Every strategy, in table order.
-    pub const ALL: [Strategy; 14] = [
+    pub const ALL: [Strategy; 15] = [
         Strategy::Naive,
         Strategy::Capped,
         Strategy::Scheduled,
         Strategy::Chunked,
         Strategy::Hedged,
         Strategy::Default,
+        Strategy::Hinted,
         Strategy::PerRead,
         Strategy::Unsized,
         Strategy::Paced,
@@ -100,6 +104,7 @@ impl Strategy {
             Strategy::Chunked => "chunked",
             Strategy::Hedged => "hedged",
             Strategy::Default => "default",
+            Strategy::Hinted => "hinted",
             Strategy::PerRead => "per-read",
             Strategy::Unsized => "unsized",
             Strategy::Paced => "paced",
@@ -132,7 +137,8 @@ impl Strategy {
     }
 
     /// The policy and client configuration for `senders` servers behind a port that queues
-    /// `buffer` bytes (used by `capped` only). Every strategy sets the congestion control
+    /// `buffer` bytes (used by `capped` and `hinted`) at `rate_bps` bits per second (used by
+    /// `hinted`, which is an error without it). Every strategy sets the congestion control
     /// `cc` on its sockets and nothing else beyond what the table says. The QUIC strategies
     /// take their trust and tuning from `quic`, `tls` its trust and identity from `tls`;
     /// `None` for them is an error.
@@ -140,6 +146,7 @@ impl Strategy {
         self,
         senders: usize,
         buffer: u64,
+        rate_bps: Option<u64>,
         read_timeout: Duration,
         cc: &str,
         quic: Option<&QuicClientConfig>,
@@ -181,6 +188,12 @@ impl Strategy {
                 })
                 .read_timeout(read_timeout)
                 .transport(transport);
+            if self == Strategy::Hinted {
+                let rate = rate_bps.ok_or_else(|| {
+                    format!("strategy `{self}` needs the port's rate: the testbed's, or --rate with --servers")
+                })?;
+                b = b.port_hint(rate, buffer);
+            }
             if transport.uses_quic() {
                 let q = quic.ok_or_else(|| format!("strategy `{self}` needs quic settings (trust and tuning)"))?;
                 b = b.quic(q.clone());
@@ -210,7 +223,7 @@ impl Strategy {
                 })),
                 plain(),
             ),
-            Strategy::Default | Strategy::Unsized | Strategy::Tls => {
+            Strategy::Default | Strategy::Hinted | Strategy::Unsized | Strategy::Tls => {
                 (Policy::default(), defaults(Transport::Tcp, Sharing::Port)?)
             }
             Strategy::PerRead => (Policy::default(), defaults(Transport::Tcp, Sharing::PerRead)?),
@@ -251,7 +264,7 @@ mod tests {
         }
         assert!("tcp".parse::<Strategy>().unwrap_err().contains("naive"));
         let t = Duration::from_secs(1);
-        let plan = |s: Strategy| s.plan(8, 32 << 10, t, "cubic", None, None);
+        let plan = |s: Strategy| s.plan(8, 32 << 10, None, t, "cubic", None, None);
         let (naive, _) = plan(Strategy::Naive).unwrap();
         let (capped, _) = plan(Strategy::Capped).unwrap();
         assert_eq!(naive.window_cap_bytes(), None);
@@ -264,6 +277,17 @@ mod tests {
         let (default, config) = plan(Strategy::Default).unwrap();
         assert_eq!((default, config.transport()), (Policy::default(), Transport::Tcp));
         assert_eq!(config.sharing(), Sharing::Port);
+        // `hinted` needs the port's rate, and starts from the model's budget for it.
+        assert!(plan(Strategy::Hinted).unwrap_err().contains("port's rate"));
+        let (hinted, config) = Strategy::Hinted
+            .plan(8, 32 << 10, Some(1_000_000_000), t, "cubic", None, None)
+            .unwrap();
+        assert_eq!(hinted, Policy::default());
+        assert_eq!(config.sharing(), Sharing::Port);
+        assert_eq!(
+            config.receiver(),
+            &ReceiverConfig::for_port(1_000_000_000, 32 << 10).unwrap()
+        );
         let (_, config) = plan(Strategy::PerRead).unwrap();
         assert_eq!(config.sharing(), Sharing::PerRead);
         let (_, config) = plan(Strategy::Naive).unwrap();
@@ -277,13 +301,17 @@ mod tests {
         let tls = incast_rpc::tls::TlsClientConfig::builder(cert.trust().unwrap())
             .build()
             .unwrap();
-        let (_, config) = Strategy::Tls.plan(8, 32 << 10, t, "cubic", None, Some(&tls)).unwrap();
+        let (_, config) = Strategy::Tls
+            .plan(8, 32 << 10, None, t, "cubic", None, Some(&tls))
+            .unwrap();
         assert!(config.tls().is_some());
         assert_eq!(config.sharing(), Sharing::Port);
-        let (_, config) = Strategy::Quic.plan(8, 32 << 10, t, "cubic", Some(&q), None).unwrap();
+        let (_, config) = Strategy::Quic
+            .plan(8, 32 << 10, None, t, "cubic", Some(&q), None)
+            .unwrap();
         assert_eq!(config.transport(), Transport::Quic);
         let (_, config) = Strategy::Fallback
-            .plan(8, 32 << 10, t, "cubic", Some(&q), None)
+            .plan(8, 32 << 10, None, t, "cubic", Some(&q), None)
             .unwrap();
         assert_eq!(config.transport(), Transport::TcpWithQuicFallback);
     }

@@ -94,8 +94,11 @@ pub struct SweepSpec {
     pub min_time: Duration,
     /// Deadline of one block.
     pub read_timeout: Duration,
-    /// Port buffer for `capped` (the testbed's, or a guess for real hosts).
+    /// Port buffer for `capped` and `hinted` (the testbed's, or a guess for real hosts).
     pub buffer_hint: u64,
+    /// Port rate in bits per second for `hinted` (the testbed's, or `--rate` for real
+    /// hosts; `None` on loopback, which has no port).
+    pub rate_hint: Option<u64>,
     /// Congestion control the servers set on their sockets.
     pub cc: String,
     /// No progress bar, no per-configuration lines.
@@ -506,6 +509,7 @@ fn client_side(
         blocks: spec.blocks,
         warmup: spec.warmup,
         buffer_hint: spec.buffer_hint,
+        rate_hint: spec.rate_hint,
         read_timeout: spec.read_timeout,
         cc: spec.cc.clone(),
         max_time: spec.max_time,
