@@ -812,14 +812,21 @@ impl ReceiverConfig {
         ReceiverConfigBuilder::default()
     }
 
-    /// The defaults, starting from [`crate::model::recommend`]'s budget for a port of
-    /// `rate_bps` bits per second with `buffer` bytes of buffer (an assumed 100 us RTT), and
-    /// judging stalls against that rate until one is measured.
+    /// The defaults for a port of `rate_bps` bits per second with `buffer` bytes of buffer:
+    /// the port's rate is `rate_bps` (nothing is measured in its place), the budget starts at
+    /// [`crate::model::recommend`]'s (an assumed 100 us RTT), and where that budget is under
+    /// the default floor ([`DEFAULT_MIN_BUDGET`]; buffers under about 16 KiB) it is the floor
+    /// too, at least [`MIN_CHUNK`]: a 16 KiB floor overflows an 8 KiB buffer whatever the
+    /// control law does.
     ///
     /// ```
     /// use incast_core::receiver::ReceiverConfig;
     /// let c = ReceiverConfig::for_port(1_000_000_000, 32 * 1024)?;
     /// assert!(c.initial_budget() > 16 * 1024 && c.initial_budget() < 64 * 1024);
+    /// assert_eq!(c.min_budget(), 16 * 1024);
+    /// // An 8 KiB port at 500 Mbit/s: 0.8 x 8 KiB plus 100 us at the rate, in whole segments.
+    /// let c = ReceiverConfig::for_port(500_000_000, 8 * 1024)?;
+    /// assert!(c.min_budget() < 16 * 1024 && c.min_budget() == c.initial_budget());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn for_port(rate_bps: u64, buffer: u64) -> Result<Self, ReceiverConfigError> {
@@ -829,8 +836,10 @@ impl ReceiverConfig {
                 value: format!("{rate_bps} ({e})"),
                 range: "1 bit/s and up",
             })?;
+        let floor = rec.inflight_budget.clamp(MIN_CHUNK, DEFAULT_MIN_BUDGET);
         Self::builder()
-            .initial_budget(rec.inflight_budget.clamp(DEFAULT_MIN_BUDGET, DEFAULT_MAX_BUDGET))
+            .min_budget(floor)
+            .initial_budget(rec.inflight_budget.clamp(floor, DEFAULT_MAX_BUDGET))
             .port_rate_bps(Some(rate_bps))
             .build()
     }

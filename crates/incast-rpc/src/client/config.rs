@@ -205,9 +205,10 @@ impl ClientConfigBuilder {
         self
     }
     /// The rate of the client's port in bits per second and the buffer of the switch port
-    /// in front of it in bytes, if known: the receiver starts from
-    /// [`incast_core::model::recommend`]'s budget ([`ReceiverConfig::for_port`]) instead of
-    /// the default. Default none; rate > 0.
+    /// in front of it in bytes, if known: the receiver takes that rate for the port's and
+    /// starts from [`incast_core::model::recommend`]'s budget ([`ReceiverConfig::for_port`],
+    /// which also lowers the floor behind buffers of under about 16 KiB) instead of the
+    /// default. Default none; rate > 0.
     pub fn port_hint(mut self, rate_bps: u64, buffer_bytes: u64) -> Self {
         self.cfg.port_hint = Some((rate_bps, buffer_bytes));
         self
