@@ -2594,7 +2594,7 @@ mod tests {
     fn budget_grows_without_signals_and_halves_once_per_rtt_on_loss() {
         // Started over the floor, so that the decreases below are not clamped by it.
         let initial = 64 * 1024;
-        let mut rx = Receiver::new(ReceiverConfig::builder().initial_budget(initial).build().unwrap());
+        let mut rx = Receiver::new(started_at(initial));
         let t = Instant::now();
         let stripe = Stripe::fixed_sru("a", &servers(8), 256 * 1024).unwrap();
         rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());

@@ -443,21 +443,6 @@ impl ReadSched {
         }
     }
 
-    /// Whether fragment `fragment` is whole: its length known and every byte confirmed.
-    pub(crate) fn fragment_whole(&self, fragment: usize) -> bool {
-        let whole = |confirmed: Option<u64>, len: Option<u64>| matches!((confirmed, len), (Some(c), Some(l)) if c >= l);
-        match self {
-            ReadSched::Own(s) => whole(s.fragment_confirmed(fragment), s.fragment_len(fragment)),
-            ReadSched::Shared(s) => {
-                let g = s.port.lock();
-                whole(
-                    g.rx.fragment_confirmed(s.key, fragment),
-                    g.rx.fragment_len(s.key, fragment),
-                )
-            }
-        }
-    }
-
     /// The length of fragment `fragment`, once known.
     pub(crate) fn fragment_len(&self, fragment: usize) -> Option<u64> {
         match self {

@@ -606,7 +606,7 @@ impl<'a> Driver<'a> {
                 std::iter::once(f.server())
                     .chain(f.replicas().iter().copied())
                     .all(|s| self.client.addr_of(s).is_none())
-                    && !self.sched.fragment_whole(*i)
+                    && self.fragment_len(*i) != Some(self.report.fragments[*i].bytes)
             });
             if let Some((fragment, f)) = orphan {
                 self.fatal = Some(FanInError::ServerRemoved {
@@ -615,6 +615,15 @@ impl<'a> Driver<'a> {
                 });
             }
         }
+    }
+
+    /// Fragment `i`'s length, once known: the stripe's, else (one more look at the port) the
+    /// one its server announced. A fragment is whole once its report counts that many bytes.
+    fn fragment_len(&self, i: usize) -> Option<u64> {
+        self.stripe
+            .fragment(i)
+            .known_len()
+            .or_else(|| self.sched.fragment_len(i))
     }
 
     /// Writes grant `g`'s request on connection `i` (flushed by the caller).
@@ -1312,11 +1321,7 @@ impl<'a> Driver<'a> {
         if self.replacements.remove(&g) {
             self.reset_abandoned(got.fragment);
         }
-        // One more look at the port only for a fragment whose length was announced.
-        let len = match self.stripe.fragment(got.fragment).known_len() {
-            Some(len) => Some(len),
-            None => self.sched.fragment_len(got.fragment),
-        };
+        let len = self.fragment_len(got.fragment);
         let fr = &mut self.report.fragments[got.fragment];
         let whole = len == Some(confirmed);
         if confirmed > fr.bytes || (whole && fr.done.is_none()) {
