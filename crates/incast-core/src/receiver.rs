@@ -50,10 +50,11 @@
 //!   path is mostly CPU scheduling, and shrinking on it held 16 concurrent loopback reads to
 //!   0.5x of `naive` (measured: 133 delay decreases in 3 s, no loss).
 //! - **Whose queue.** A queue only holds growth, or shrinks the budget on severe delay, when
-//!   the receiver's own grants built it: when
-//!   its delivery rate is at least [`OWN_QUEUE_SHARE`] of the port's rate (the rate hint, else
-//!   the largest it measured in the last [`BASE_RTT_WINDOW`], see *The port's rate*). Below
-//!   that, the queue
+//!   the receiver's own grants built it: when it takes at least [`OWN_QUEUE_SHARE`] of the
+//!   port, counted in the bytes of the port's receive counter where the transport gives one
+//!   (see *The port's counter*), else as its delivery rate against the port's rate (the rate
+//!   hint, else the largest it measured in the last [`BASE_RTT_WINDOW`], see *The port's
+//!   rate*). Below that, the queue
 //!   belongs to traffic the receiver does not grant, such as bulk TCP flows through the same
 //!   port, which keep the buffer full whatever the reads do. Reacting to their
 //!   queue handed them the port: with 2 cubic bulk flows on the testbed the reads got
@@ -159,6 +160,10 @@
 //!   client late to read its sockets by more than a millisecond), and one such sample,
 //!   kept for 10 s, let the budget past the buffer again.
 //!
+//! Where the transport gives the port's receive counter, the same samples are taken of it
+//! too, and the larger rate counts (see *The port's counter*): beside other traffic the
+//! reads' own bytes measure only their share.
+//!
 //! Until the first such sample, the rate is the largest smoothed delivery rate of the
 //! receiver's bytes (intervals of [`RATE_INTERVAL`] and one smoothed RTT, idle time
 //! included), as it was before. That rate read a 10 Mbit/s port as 28-51 Mbit/s and a
@@ -171,6 +176,37 @@
 //! 9.3 and 93-106 Mbit/s; at 100 Mbit/s the switch dropped 492 and 2,458 packets in two
 //! runs of those 12 rows (4,238 and 8,265 before) and the receiver hedged 13 and 194 times
 //! (539 and 609). Measured results: docs/measurements.md, *Twenty-ninth session*.
+//!
+//! # The port's counter
+//!
+//! A port is one resource whoever fills it, and the client's network interface counts every
+//! byte it passed: Linux's `rx_bytes`, which the transport hands over with
+//! [`Receiver::on_port_bytes`] (incast-rpc reads it from `/proc/thread-self/net/dev` at
+//! most once a millisecond; [`ReceiverStats::counter_samples`] says whether it did). The
+//! receiver samples it over its busy time by the rules of *The port's rate* (busy all along,
+//! not the first round trip of a busy period, spans of [`RATE_SAMPLE_SPAN`], the largest
+//! median of three), and counts its own bytes over the same intervals. That gives two
+//! things its own bytes cannot:
+//!
+//! - **The port's rate with every flow counted.** Beside bulk flows the reads' own bytes
+//!   measure their share: a 1 Gbit/s port read as 0.9-0.95 Gbit/s alone and 0.5-0.6 Gbit/s
+//!   beside 2 bulk flows on the testbed, 2 Gbit/s as 1.3-1.9. The counter read them as 1.0
+//!   and 2.0-2.05 (it counts headers too: about 4.5% more than the payload at an MTU of
+//!   1500). The port's rate is the larger of the two measures.
+//! - **Whose queue, counted.** The reads' share of the port's bytes replaces the ratio of
+//!   their delivery rate to the port's rate in every rule that asks whose a queue is
+//!   ([`OWN_QUEUE_SHARE`], [`CEILING_RATE_SHARE`]): the median of the last three samples'
+//!   shares (the upper of two), while the newest is younger than [`BASE_RTT_WINDOW`]. Alone
+//!   on the port the share is about 0.95, whatever the host's CPU does to the reads' rate;
+//!   beside 2 bulk flows, what the reads get. With the rate alone, a 6% higher port rate
+//!   (the counter's, headers included) against the reads' payload rate let 4 KiB rows on a
+//!   loaded 2-core host start competing on CPU delays (holding budgets of 300-450 KB at
+//!   1 Gbit/s, 1,595 switch drops in one 100 Mbit/s row).
+//!
+//! What it does not know: traffic that reaches the interface by another path than the port
+//! of the reads (two uplinks, or a bottleneck further in the network shared with flows to
+//! other hosts) counts as the port's. Measured results: docs/measurements.md, *Thirty-first
+//! session*.
 //!
 //! # A buffer shallower than the target
 //!
@@ -1091,7 +1127,9 @@ pub struct ReceiverStats {
     /// Measured delivery rate, bytes per second, if measured.
     pub rate_bytes_per_sec: Option<f64>,
     /// The port's rate as the receiver knows it: the hint, else the largest median of
-    /// busy-time samples lately (see "The port's rate" in the module docs); bytes per second.
+    /// busy-time samples lately, of its own bytes or of the port's receive counter, the
+    /// larger (see "The port's rate" and "The port's counter" in the module docs); bytes per
+    /// second.
     pub link_rate_bytes_per_sec: Option<f64>,
     /// The target delay learnt at the last loss, if any (see "A buffer shallower than the
     /// target" in the module docs); it is in force for [`BASE_RTT_WINDOW`] after that loss.
@@ -1137,6 +1175,9 @@ pub struct ReceiverStats {
     pub grants: u64,
     /// Reads started.
     pub reads: u64,
+    /// Samples of the port's rate taken from its receive counter
+    /// ([`Receiver::on_port_bytes`]); 0 where the transport has no counter to give.
+    pub counter_samples: u64,
 }
 
 /// The last `N` samples of a measure, the newest in place of the oldest (a ring), for the
@@ -1283,6 +1324,26 @@ pub struct Receiver {
     busy_bytes: u64,
     /// The last [`RATE_SAMPLE_MEDIAN`] busy-time samples, bytes per second.
     rate_samples: RecentSamples<f64, RATE_SAMPLE_MEDIAN>,
+    /// Bytes of the receiver's grants that arrived, duplicates included (what its port
+    /// passed for it).
+    arrived: u64,
+    /// The port's receive counter at its last reading ([`Receiver::on_port_bytes`]): when,
+    /// the bytes it had counted, and [`Receiver::arrived`] then.
+    counter_at: Option<(Instant, u64, u64)>,
+    /// The counter's sample being taken: busy time, the bytes the port passed in it, and
+    /// the receiver's own among them.
+    counter_time: Duration,
+    counter_bytes: u64,
+    counter_own: u64,
+    /// The receiver's share of the port's bytes in the last [`RATE_SAMPLE_MEDIAN`] samples
+    /// of the counter, and when the newest was taken.
+    counter_shares: RecentSamples<f64, RATE_SAMPLE_MEDIAN>,
+    counter_share_at: Option<Instant>,
+    /// The last [`RATE_SAMPLE_MEDIAN`] samples of the counter, bytes per second.
+    counter_samples: RecentSamples<f64, RATE_SAMPLE_MEDIAN>,
+    /// The largest median of the counter's samples seen lately (and when): the port's rate
+    /// with every flow through it counted, the receiver's own and others'.
+    max_port_rate: Option<(f64, Instant)>,
     delivered: u64,
     hedge_tokens: u64,
     /// When the hedge bucket last refilled with time.
@@ -1374,6 +1435,15 @@ impl Receiver {
             busy_time: Duration::ZERO,
             busy_bytes: 0,
             rate_samples: RecentSamples::new(),
+            arrived: 0,
+            counter_at: None,
+            counter_time: Duration::ZERO,
+            counter_bytes: 0,
+            counter_own: 0,
+            counter_shares: RecentSamples::new(),
+            counter_share_at: None,
+            counter_samples: RecentSamples::new(),
+            max_port_rate: None,
             delivered: 0,
             rtt: None,
             stats: ReceiverStats::default(),
@@ -1663,6 +1733,7 @@ impl Receiver {
         if matches!(d, Delivery::Write { .. }) {
             self.delivered += n;
         }
+        self.arrived = self.arrived.saturating_add(n);
         if let Some(s) = sample {
             self.on_sample(now, read, s);
         }
@@ -1698,6 +1769,65 @@ impl Receiver {
         self.sync(now, read);
         self.debug_check();
         Ok(())
+    }
+
+    /// The port's receive counter read `received` bytes at `now`: every byte the client's
+    /// network interface received, of every flow through its port (Linux's `rx_bytes`).
+    /// Optional; the transport calls it now and then (incast-rpc: at most once a
+    /// millisecond, as bytes arrive). The receiver takes samples of the port's rate from it
+    /// over its busy time, as from its own bytes (see "The port's counter" in the module
+    /// docs): beside other traffic they count the port's whole rate, where its own bytes
+    /// count only the reads' share. A counter that went backwards (reset) starts anew.
+    pub fn on_port_bytes(&mut self, now: Instant, received: u64) {
+        let Some((then, before, own_before)) = self.counter_at.replace((now, received, self.arrived)) else {
+            return;
+        };
+        if received < before || now <= then {
+            (self.counter_time, self.counter_bytes, self.counter_own) = (Duration::ZERO, 0, 0);
+            return;
+        }
+        // The whole interval was busy: bytes outstanding since at least one smoothed RTT
+        // and RATE_SAMPLE_SKIP before it began (no token bucket's burst after an idle port
+        // in it), and still outstanding after the last arrival and now.
+        let srtt = self.srtt.unwrap_or(RATE_INTERVAL);
+        let skip = srtt.max(RATE_SAMPLE_SKIP);
+        let busy = self.outstanding > 0
+            && self.busy_last.is_some_and(|(_, out)| out)
+            && self.busy_since.is_some_and(|since| since + skip <= then);
+        if !busy {
+            return;
+        }
+        self.counter_time += now - then;
+        self.counter_bytes = self.counter_bytes.saturating_add(received - before);
+        self.counter_own = self.counter_own.saturating_add(self.arrived - own_before);
+        if self.counter_time < RATE_SAMPLE_SPAN.max(srtt * RATE_SAMPLE_RTTS) {
+            return;
+        }
+        let sample = self.counter_bytes as f64 / self.counter_time.as_secs_f64();
+        if self.counter_bytes > 0 {
+            // Own bytes are payload and the counter counts headers too: alone on the port
+            // the share is about 0.95 (1448 of 1514 bytes a frame at an MTU of 1500).
+            let share = (self.counter_own as f64 / self.counter_bytes as f64).min(1.0);
+            self.counter_shares.push(share);
+            self.counter_share_at = Some(now);
+        }
+        (self.counter_time, self.counter_bytes, self.counter_own) = (Duration::ZERO, 0, 0);
+        self.counter_samples.push(sample);
+        self.stats.counter_samples += 1;
+        if let Some(r) = self.counter_samples.median(false) {
+            self.max_port_rate = Some(windowed_max(self.max_port_rate, r, now));
+        }
+    }
+
+    /// The receiver's share of the bytes its port passed lately, by the port's counter: the
+    /// median (the upper of two) of its last [`RATE_SAMPLE_MEDIAN`] samples, while the newest
+    /// is within [`BASE_RTT_WINDOW`] of the newest counter reading. `None` without a counter.
+    fn counter_share(&self) -> Option<f64> {
+        let (at, (now, _, _)) = (self.counter_share_at?, self.counter_at?);
+        if now >= at + BASE_RTT_WINDOW {
+            return None;
+        }
+        self.counter_shares.median(true)
     }
 
     /// A response ended and its server reported `retransmits` retransmitted segments and
@@ -2251,8 +2381,16 @@ impl Receiver {
     /// leaves the count as it is. Where the floor's own queue takes [`SLOW_PORT_MARGIN`]
     /// times the threshold to drain ([`Self::floor_queue_passes_threshold`]) and the empty
     /// port's last delays say it holds no standing queue ([`Self::port_drains`]), the
-    /// receiver does not compete.
+    /// receiver does not compete; nor where the port's counter says the reads take at
+    /// least [`CEILING_RATE_SHARE`] of its bytes (see "The port's counter").
     fn judge_competition(&mut self, now: Instant, delay: Duration) {
+        // A standing queue of other traffic needs other traffic: where the port's counter
+        // says the reads take CEILING_RATE_SHARE of its bytes or more, the queue is theirs.
+        if self.counter_share().is_some_and(|s| s >= CEILING_RATE_SHARE) {
+            self.floor_over = 0;
+            self.competing = false;
+            return;
+        }
         let slow = self.floor_queue_passes_threshold();
         if slow && self.port_drains(now) {
             self.floor_over = 0;
@@ -2383,15 +2521,20 @@ impl Receiver {
     }
 
     /// The port's rate as far as this receiver knows: the user's hint, else the largest
-    /// median of busy-time samples lately, else (before the first sample) the largest
-    /// smoothed delivery rate.
+    /// median of busy-time samples of its own bytes lately (before the first, the largest
+    /// smoothed delivery rate), raised to the largest median of the port's receive
+    /// counter's samples lately where that is higher.
     fn link_rate(&self) -> Option<f64> {
-        self.config
-            .port_rate_bps
-            .map(|b| b as f64 / 8.0)
-            .or(self.max_rate.map(|(m, _)| m))
-            .or(self.max_smoothed_rate.map(|(m, _)| m))
-            .or(self.rate)
+        if let Some(b) = self.config.port_rate_bps {
+            return Some(b as f64 / 8.0);
+        }
+        let own = self.max_rate.or(self.max_smoothed_rate).map(|(m, _)| m).or(self.rate);
+        // The counter only raises what the reads' own bytes say: a first sample of it
+        // taken over a stall must not stand for the port.
+        match (own, self.max_port_rate) {
+            (Some(a), Some((b, _))) => Some(a.max(b)),
+            (a, b) => a.or(b.map(|(m, _)| m)),
+        }
     }
 
     /// With pacing on, a grant's pace: [`PACING_GAIN`] times the port's rate times its share
@@ -2418,9 +2561,14 @@ impl Receiver {
         !self.competing && self.takes_share(OWN_QUEUE_SHARE)
     }
 
-    /// Whether the receiver's smoothed delivery rate is at least `share` of the port's rate
-    /// (true until both are known).
+    /// Whether the receiver takes at least `share` of the port: of the bytes the port's
+    /// counter counted lately, where there is one (see "The port's counter" in the module
+    /// docs); else its smoothed delivery rate against the port's rate (true until both are
+    /// known).
     fn takes_share(&self, share: f64) -> bool {
+        if let Some(s) = self.counter_share() {
+            return s >= share;
+        }
         match (self.rate, self.link_rate()) {
             (Some(r), Some(l)) if l > 0.0 => r >= share * l,
             _ => true,
@@ -3249,6 +3397,52 @@ mod tests {
     }
 
     #[test]
+    fn the_ports_counter_says_whose_queue_it_is() {
+        // A 1 Gbit/s port, the budget brought near its floor by a decrease, and first bytes
+        // 2 ms above the base RTT: by the rules without a counter the receiver competes.
+        let (mut rx, t, k) = a_read_on_a_port_of(1_000_000_000, 64 * 1024, &Policy::default());
+        let us = Duration::from_micros;
+        rx.on_sample(t, k, us(50));
+        (rx.budget, rx.slow_start) = (COMPETE_FLOOR_FACTOR * rx.config.min_budget, false);
+        // The reads' delivery rate says a fifth of the port (a host too busy to read).
+        rx.rate = Some(25e6);
+        assert!(!rx.queue_is_ours());
+        let mut now = t;
+        let counted = |rx: &mut Receiver, now: Instant, share: f64| {
+            for _ in 0..RATE_SAMPLE_MEDIAN {
+                rx.counter_shares.push(share);
+            }
+            (rx.counter_share_at, rx.counter_at) = (Some(now), Some((now, 0, 0)));
+        };
+        // The port's counter says the reads took 95% of its bytes: the queue is theirs,
+        // whatever their rate, and they do not compete.
+        counted(&mut rx, now, 0.95);
+        assert!(rx.queue_is_ours());
+        for _ in 0..2 * COMPETE_SAMPLES {
+            now += us(100);
+            rx.on_sample(now, k, us(2_050));
+        }
+        assert!(!rx.stats().competing);
+        assert!(rx.stats().delay_holds > 0);
+        // It says 40%: other traffic shares the port, and after COMPETE_SAMPLES such
+        // samples the receiver competes.
+        counted(&mut rx, now, 0.4);
+        assert!(!rx.queue_is_ours());
+        for _ in 0..COMPETE_SAMPLES {
+            now += us(100);
+            rx.on_sample(now, k, us(2_050));
+        }
+        let st = rx.stats();
+        assert!(st.competing && st.competing_entries == 1, "{st:?}");
+        // A share older than BASE_RTT_WINDOW is forgotten: the rate decides again.
+        counted(&mut rx, now, 0.95);
+        rx.counter_at = Some((now + BASE_RTT_WINDOW, 0, 0));
+        assert_eq!(rx.counter_share(), None);
+        rx.competing = false;
+        assert!(!rx.queue_is_ours());
+    }
+
+    #[test]
     fn a_queue_longer_than_the_whole_budget_starts_competing_above_the_floor() {
         // A 1 Gbit/s port (125 bytes per us), a base RTT of 50 us and a budget of three
         // floors, 48 KiB: it drains in 393 us, so the reads' own queue is at most that long.
@@ -3358,7 +3552,15 @@ mod tests {
     /// Servers answer 50 us after a grant; the client reads what passed every `tick_us`.
     /// Returns the rate the receiver knows at the end.
     fn rate_known_behind_a_bucket(rate: f64, bucket: f64, tick_us: u64, ms: u64) -> f64 {
+        rate_known(rate, bucket, tick_us, ms, 0.0, false)
+    }
+
+    /// As [`rate_known_behind_a_bucket`], with other traffic that takes `others` of what the
+    /// port passes in every tick (bulk flows with a standing queue), and with `counter` the
+    /// port's receive counter, of both, read every tick ([`Receiver::on_port_bytes`]).
+    fn rate_known(rate: f64, bucket: f64, tick_us: u64, ms: u64, others: f64, counter: bool) -> f64 {
         let mut rx = Receiver::new(ReceiverConfig::default());
+        let mut received = 0u64;
         let t = Instant::now();
         let stripe = Stripe::fixed_sru("a", &servers(16), 4 * 1024).unwrap();
         let (mut now, mut tokens) = (t, bucket);
@@ -3378,19 +3580,24 @@ mod tests {
             queue.extend(requests(&mut rx, now).into_iter().map(|(k, g)| (k, g, ready_at, 0)));
             now += Duration::from_micros(tick_us);
             let mut can = tokens + rate * tick_us as f64 / 1e6;
+            let theirs = (can * others).floor();
+            (can, received) = (can - theirs, received + theirs as u64);
             for (k, g, ready, got) in queue.iter_mut() {
                 let n = (g.len - *got).min(can as u64);
                 if *ready > now || n == 0 {
                     break;
                 }
                 rx.on_bytes(now, *k, g.id, n).unwrap();
-                (*got, can) = (*got + n, can - n as f64);
+                (*got, can, received) = (*got + n, can - n as f64, received + n);
                 if *got == g.len {
                     rx.on_done(now, *k, g.id).unwrap();
                 }
             }
             queue.retain(|(_, g, _, got)| *got < g.len);
             tokens = can.min(bucket);
+            if counter {
+                rx.on_port_bytes(now, received);
+            }
             if let Some(k) = read.filter(|&k| rx.is_finished(k) == Some(true)) {
                 rx.finish_read(k);
                 read = None;
@@ -3415,6 +3622,60 @@ mod tests {
                 "a port of {rate} B/s read every {tick_us} us measured at {known:.0} B/s"
             );
         }
+    }
+
+    #[test]
+    fn beside_other_traffic_the_ports_counter_knows_the_whole_port() {
+        // Other traffic takes 60% of a 1 Gbit/s port: the reads' own bytes know 40% of it,
+        // the port's receive counter all of it, and a token bucket's bursts lift neither.
+        let rate = 125e6;
+        let own = rate_known(rate, 16_384.0, 20, 3_000, 0.6, false);
+        assert!((0.3 * rate..=0.5 * rate).contains(&own), "own bytes: {own:.0} B/s");
+        let counted = rate_known(rate, 16_384.0, 20, 3_000, 0.6, true);
+        assert!(
+            (0.9 * rate..=1.1 * rate).contains(&counted),
+            "counter: {counted:.0} B/s"
+        );
+        // Alone on the port, the counter reads its rate too, bucket and all.
+        for (rate, tick_us) in [(12.5e6, 100), (1.25e6, 100), (125e6, 20)] {
+            let known = rate_known(rate, 16_384.0, tick_us, 3_000, 0.0, true);
+            assert!(
+                (0.8 * rate..=1.15 * rate).contains(&known),
+                "a port of {rate} B/s with its counter measured at {known:.0} B/s"
+            );
+        }
+    }
+
+    #[test]
+    fn the_ports_counter_takes_no_sample_while_the_port_idles_or_after_a_reset() {
+        let mut rx = Receiver::new(ReceiverConfig::default());
+        let t = Instant::now();
+        let ms = Duration::from_millis;
+        // Nothing outstanding: gigabytes counted while no read is busy are other traffic's
+        // over an idle port of the receiver's, and say nothing of its busy time.
+        for i in 0..50u64 {
+            rx.on_port_bytes(t + ms(i), i * 1_000_000_000);
+        }
+        assert_eq!(
+            (rx.stats().counter_samples, rx.stats().link_rate_bytes_per_sec),
+            (0, None)
+        );
+        // A busy read, and a counter that goes backwards (an interface reset): no sample
+        // from the step back, and none spans it.
+        let stripe = Stripe::fixed_sru("a", &servers(1), 1 << 30).unwrap();
+        let k = rx.start_read(t + ms(50), &stripe, &Policy::default(), 1, ReadOptions::default());
+        let sent = requests(&mut rx, t + ms(50));
+        let g = sent[0].1.clone();
+        let mut counter = 1u64 << 40;
+        for i in 51..200u64 {
+            rx.on_bytes(t + ms(i), k, g.id, 1).unwrap();
+            counter = if i == 120 { 0 } else { counter + 125_000 };
+            rx.on_port_bytes(t + ms(i), counter);
+        }
+        let st = rx.stats();
+        assert!(st.counter_samples > 0);
+        let known = st.link_rate_bytes_per_sec.unwrap();
+        assert!((0.9 * 125e6..=1.1 * 125e6).contains(&known), "{known:.0} B/s");
     }
 
     #[test]
