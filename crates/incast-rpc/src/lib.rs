@@ -33,6 +33,7 @@ pub mod erasure;
 mod port;
 #[cfg(feature = "quic")]
 pub mod quic;
+mod rx_counter;
 pub mod server;
 pub mod store;
 mod sys;

@@ -36,6 +36,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Instant;
 
@@ -44,6 +45,7 @@ use incast_core::Stripe;
 use incast_core::{Action, Delivery, EventError, GrantId, Policy, ReadError, RttEstimator, Scheduler, SchedulerStats};
 use tokio::sync::Notify;
 
+use crate::rx_counter::RxCounter;
 use crate::timer::HrTimer;
 
 /// How a client's concurrent reads share its port.
@@ -79,6 +81,19 @@ struct Inner {
     #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
     seen: (u32, u64),
     clock: Clock,
+    /// The client interface's receive counter (see [`crate::rx_counter`]).
+    counter: Counter,
+}
+
+/// Where the port stands with its interface's receive counter.
+#[derive(Debug)]
+enum Counter {
+    /// Not looked for yet: the first connection's local address names the interface.
+    Unknown,
+    /// Read as bytes arrive, at most once per [`crate::rx_counter::READ_EVERY`].
+    Reading(RxCounter),
+    /// Turned off, or none to be found: the receiver measures from its own bytes.
+    Off,
 }
 
 /// The port's side of its one timer (see "One timer for the port").
@@ -115,6 +130,15 @@ impl Inner {
                     tracing::debug!(denied = st.hedges_denied - denied, "port hedge bucket denied");
                 }
                 self.seen = (st.timeout_scale, st.hedges_denied);
+            }
+        }
+    }
+
+    /// Gives the receiver a reading of the interface's receive counter, if one is due.
+    fn read_counter(&mut self, now: Instant) {
+        if let Counter::Reading(c) = &mut self.counter {
+            if let Some((at, bytes)) = c.poll(now) {
+                self.rx.on_port_bytes(at, bytes);
             }
         }
     }
@@ -229,7 +253,9 @@ pub(crate) struct Port {
 }
 
 impl Port {
-    pub(crate) fn new(config: ReceiverConfig) -> Self {
+    /// A port whose receiver runs with `config`; with `counter`, it also reads the receive
+    /// counter of the interface of its first connection (see [`crate::rx_counter`]).
+    pub(crate) fn new(config: ReceiverConfig, counter: bool) -> Self {
         Self {
             inner: Mutex::new({
                 let rx = Receiver::new(config);
@@ -239,6 +265,7 @@ impl Port {
                     rx,
                     outboxes: HashMap::new(),
                     clock: Clock::default(),
+                    counter: if counter { Counter::Unknown } else { Counter::Off },
                 }
             }),
         }
@@ -405,6 +432,7 @@ impl ReadSched {
             ReadSched::Shared(s) => {
                 let mut g = s.port.lock();
                 let r = g.rx.on_bytes(now, s.key, id, n);
+                g.read_counter(now);
                 g.note_budget();
                 r
             }
@@ -470,6 +498,30 @@ impl ReadSched {
             ReadSched::Own(_) => false,
             ReadSched::Shared(s) => s.port.lock().rx.is_lossy(now),
         }
+    }
+
+    /// A connection of this read is open from local address `local`: the first one names
+    /// the interface whose receive counter the port reads (see [`crate::rx_counter`]).
+    pub(crate) fn note_local_address(&self, local: IpAddr) {
+        let ReadSched::Shared(s) = self else { return };
+        let mut g = s.port.lock();
+        if !matches!(g.counter, Counter::Unknown) {
+            return;
+        }
+        g.counter = match RxCounter::for_address(local) {
+            Ok(c) => {
+                crate::trace::event!(
+                    debug,
+                    interface = c.interface(),
+                    "port reads its interface's receive counter"
+                );
+                Counter::Reading(c)
+            }
+            Err(_e) => {
+                crate::trace::event!(debug, error = %_e, "port has no receive counter; it measures its own bytes");
+                Counter::Off
+            }
+        };
     }
 
     /// Loss the servers reported: the port's budget reacts (a read alone ignores it: its

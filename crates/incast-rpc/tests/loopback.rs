@@ -1306,3 +1306,34 @@ async fn a_read_on_a_frozen_server_does_not_starve_the_clients_other_reads() {
         s.shutdown().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_port_reads_its_interfaces_receive_counter_unless_told_not_to() {
+    // On loopback the interface is `lo`. Reads long enough to sample the port's rate (5 ms
+    // of busy time per sample) take samples of its receive counter; a client told not to
+    // takes none. Either way every block arrives whole.
+    if !std::path::Path::new("/proc/thread-self/net/dev").exists() {
+        eprintln!("skipped: no /proc/thread-self/net/dev here");
+        return;
+    }
+    let lens = [4 << 20; 4];
+    for on in [true, false] {
+        let cfg = ClientConfig::builder().port_counter(on).build().unwrap();
+        let c = cluster(&lens, &[], cfg).await;
+        let stripe = stripe_of(&lens);
+        for _ in 0..10 {
+            let out = c.client.fan_in_read(&stripe, &Policy::default()).await.unwrap();
+            assert!(out.block[..] == expected(&lens)[..], "block differs");
+        }
+        let port = c.client.port_stats().expect("reads share the port");
+        if on {
+            assert!(port.counter_samples > 0, "no sample of the counter: {port:?}");
+            assert!(port.link_rate_bytes_per_sec.is_some_and(|r| r > 0.0), "{port:?}");
+        } else {
+            assert_eq!(port.counter_samples, 0, "{port:?}");
+        }
+        for s in c.servers {
+            s.shutdown().await;
+        }
+    }
+}

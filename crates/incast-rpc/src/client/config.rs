@@ -54,6 +54,7 @@ pub struct ClientConfig {
     pub(super) sharing: Sharing,
     pub(super) receiver: ReceiverConfig,
     pub(super) port_hint: Option<(u64, u64)>,
+    pub(super) port_counter: bool,
     #[cfg(feature = "quic")]
     pub(super) quic: Option<crate::quic::QuicClientConfig>,
     #[cfg(feature = "tls")]
@@ -86,6 +87,11 @@ impl ClientConfig {
     /// The client-wide receiver's settings (used with [`Sharing::Port`]).
     pub fn receiver(&self) -> &ReceiverConfig {
         &self.receiver
+    }
+    /// Whether the client-wide receiver reads the interface's receive counter
+    /// ([`ClientConfigBuilder::port_counter`]).
+    pub fn port_counter(&self) -> bool {
+        self.port_counter
     }
     /// The TLS settings of TCP connections, if TLS is on (feature `tls`).
     #[cfg(feature = "tls")]
@@ -137,6 +143,7 @@ impl Default for ClientConfigBuilder {
                 sharing: Sharing::Port,
                 receiver: ReceiverConfig::default(),
                 port_hint: None,
+                port_counter: true,
                 #[cfg(feature = "quic")]
                 quic: None,
                 #[cfg(feature = "tls")]
@@ -211,6 +218,17 @@ impl ClientConfigBuilder {
     /// default. Default none; rate > 0.
     pub fn port_hint(mut self, rate_bps: u64, buffer_bytes: u64) -> Self {
         self.cfg.port_hint = Some((rate_bps, buffer_bytes));
+        self
+    }
+    /// Whether the client-wide receiver reads the receive counter of the client's network
+    /// interface (`/sys/class/net/<interface>/statistics/rx_bytes`, the interface of the
+    /// first TCP connection's local address) to learn the port's rate with every flow through
+    /// it counted, where its own bytes count only the reads' share. Default true; where no
+    /// counter is found the receiver measures from its own bytes, as with false. A rate hint
+    /// ([`ClientConfigBuilder::port_hint`]) takes precedence over both. See
+    /// [`incast_core::receiver`], "The port's counter".
+    pub fn port_counter(mut self, on: bool) -> Self {
+        self.cfg.port_counter = on;
         self
     }
     /// QUIC settings: whom to trust and how to tune connections (feature `quic`). Required by

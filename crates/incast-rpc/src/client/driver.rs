@@ -682,6 +682,9 @@ impl<'a> Driver<'a> {
             }
             Ok((stream, tls, report)) => {
                 *self.client.last_tuning.lock().unwrap_or_else(|e| e.into_inner()) = Some(report.to_string());
+                if let Ok(local) = stream.local_addr() {
+                    self.sched.note_local_address(local.ip());
+                }
                 (stream, tls)
             }
             Err(OpenError::Failed(why)) => {

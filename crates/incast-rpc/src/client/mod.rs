@@ -153,7 +153,8 @@ impl Client {
                 .quic
                 .clone()
                 .map(|q| Arc::new(crate::quic::QuicClient::new(q, config.connect_timeout))),
-            port: (config.sharing == Sharing::Port).then(|| Arc::new(Port::new(config.receiver.clone()))),
+            port: (config.sharing == Sharing::Port)
+                .then(|| Arc::new(Port::new(config.receiver.clone(), config.port_counter))),
             config,
             idle: Arc::default(),
             last_tuning: Mutex::new(None),
