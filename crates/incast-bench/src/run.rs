@@ -263,6 +263,9 @@ pub struct Measurement {
     /// hint, else its own measurement (`ReceiverStats::link_rate_bytes_per_sec`; 0: not
     /// measured).
     pub port_rate_mbps: f64,
+    /// Samples of the port's rate the receiver took from the client interface's receive
+    /// counter (`ReceiverStats::counter_samples`; 0: no counter, or `own-rate`).
+    pub counter_samples: u64,
     /// Whether reads came in batches of `concurrency` started together (else each reader
     /// starts its next read as its last one ends).
     pub batch: bool,
@@ -619,6 +622,7 @@ pub async fn measure(
             m.learnt_target_us = p.learnt_target.map_or(0.0, |d| d.as_secs_f64() * 1e6);
             m.base_rtt_us = p.base_rtt.map_or(0.0, |d| d.as_secs_f64() * 1e6);
             m.port_rate_mbps = p.link_rate_bytes_per_sec.map_or(0.0, |r| r * 8.0 / 1e6);
+            m.counter_samples = p.counter_samples;
         }
     }
     let bulk = background.bytes().saturating_sub(bulk_before);

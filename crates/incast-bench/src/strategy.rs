@@ -12,6 +12,7 @@
 //! | `hedged` | as naive, plus application-level microsecond RTO hedging | kernel defaults |
 //! | `default` | `Policy::default()` | `ClientConfig::default()`: concurrent reads share one client-wide receiver |
 //! | `hinted` | `Policy::default()` | as default, told the port's rate and buffer (`ClientConfigBuilder::port_hint`; the testbed's, or `--rate` and `--buffer` with `--servers`) |
+//! | `own-rate` | `Policy::default()` | as default, without the interface's receive counter (`ClientConfigBuilder::port_counter(false)`): the port's rate from the reads' own bytes alone |
 //! | `per-read` | `Policy::default()` | as default, but every read schedules itself alone (`Sharing::PerRead`, the behaviour before the client-wide receiver) |
 //! | `paced` | `Policy::default()` | as default, and every grant carries a pacing rate the server applies (`ReceiverConfigBuilder::pacing`) |
 //! | `rto-route` | as naive; the servers' route gets `rto_min 1ms` (testbed only) | kernel defaults |
@@ -20,7 +21,7 @@
 //! | `tls` | `Policy::default()` | as default, over mutual TLS 1.3 (servers started here only: they serve TLS on a second set of ports) |
 //! | `blocking` | none: the reference client of [`crate::reference`], one thread per fragment | kernel defaults |
 //!
-//! Every strategy but `default`, `hinted`, `tls`, `quic` and `fallback` schedules each read alone
+//! Every strategy but `default`, `hinted`, `own-rate`, `tls`, `quic` and `fallback` schedules each read alone
 //! (`Sharing::PerRead`): the literature's mechanisms are per read, and `naive` must not be
 //! limited by a port budget.
 
@@ -56,6 +57,8 @@ pub enum Strategy {
     Default,
     /// The library's defaults, told the port's rate and buffer.
     Hinted,
+    /// The library's defaults without the interface's receive counter.
+    OwnRate,
     /// The library's defaults, each read scheduled alone.
     PerRead,
     /// The library's defaults, with every fragment's length unknown to the client: each is a
@@ -77,7 +80,7 @@ pub enum Strategy {
 
 impl Strategy {
     /// Every strategy, in table order.
-    pub const ALL: [Strategy; 15] = [
+    pub const ALL: [Strategy; 16] = [
         Strategy::Naive,
         Strategy::Capped,
         Strategy::Scheduled,
@@ -85,6 +88,7 @@ impl Strategy {
         Strategy::Hedged,
         Strategy::Default,
         Strategy::Hinted,
+        Strategy::OwnRate,
         Strategy::PerRead,
         Strategy::Unsized,
         Strategy::Paced,
@@ -105,6 +109,7 @@ impl Strategy {
             Strategy::Hedged => "hedged",
             Strategy::Default => "default",
             Strategy::Hinted => "hinted",
+            Strategy::OwnRate => "own-rate",
             Strategy::PerRead => "per-read",
             Strategy::Unsized => "unsized",
             Strategy::Paced => "paced",
@@ -194,6 +199,9 @@ impl Strategy {
                 })?;
                 b = b.port_hint(rate, buffer);
             }
+            if self == Strategy::OwnRate {
+                b = b.port_counter(false);
+            }
             if transport.uses_quic() {
                 let q = quic.ok_or_else(|| format!("strategy `{self}` needs quic settings (trust and tuning)"))?;
                 b = b.quic(q.clone());
@@ -223,7 +231,7 @@ impl Strategy {
                 })),
                 plain(),
             ),
-            Strategy::Default | Strategy::Hinted | Strategy::Unsized | Strategy::Tls => {
+            Strategy::Default | Strategy::Hinted | Strategy::OwnRate | Strategy::Unsized | Strategy::Tls => {
                 (Policy::default(), defaults(Transport::Tcp, Sharing::Port)?)
             }
             Strategy::PerRead => (Policy::default(), defaults(Transport::Tcp, Sharing::PerRead)?),
@@ -287,6 +295,13 @@ mod tests {
         assert_eq!(
             config.receiver(),
             &ReceiverConfig::for_port(1_000_000_000, 32 << 10).unwrap()
+        );
+        assert!(config.port_counter());
+        // `own-rate` is `default` without the interface's receive counter.
+        let (own, config) = plan(Strategy::OwnRate).unwrap();
+        assert_eq!(
+            (own, config.sharing(), config.port_counter()),
+            (Policy::default(), Sharing::Port, false)
         );
         let (_, config) = plan(Strategy::PerRead).unwrap();
         assert_eq!(config.sharing(), Sharing::PerRead);
