@@ -223,10 +223,11 @@ impl ClientConfigBuilder {
     /// Whether the client-wide receiver reads the receive counter of the client's network
     /// interface (`/sys/class/net/<interface>/statistics/rx_bytes`, the interface of the
     /// first TCP connection's local address) to learn the port's rate with every flow through
-    /// it counted, where its own bytes count only the reads' share. Default true; where no
-    /// counter is found the receiver measures from its own bytes, as with false. A rate hint
-    /// ([`ClientConfigBuilder::port_hint`]) takes precedence over both. See
-    /// [`incast_core::receiver`], "The port's counter".
+    /// it counted, where its own bytes count only the reads' share, and the reads' share of
+    /// the port's bytes, which tells whose a queue is. Default true; where no counter is found
+    /// the receiver measures from its own bytes, as with false. A rate hint
+    /// ([`ClientConfigBuilder::port_hint`]) gives the port's rate instead; the counted share
+    /// still applies. See [`incast_core::receiver`], "The port's counter".
     pub fn port_counter(mut self, on: bool) -> Self {
         self.cfg.port_counter = on;
         self
