@@ -1240,6 +1240,56 @@ fn windowed_max(cur: Option<(f64, Instant)>, x: f64, now: Instant) -> (f64, Inst
     }
 }
 
+/// Busy-time samples of a rate, and the largest median of them lately (see "The port's
+/// rate" in the module docs): the receiver keeps one for its own bytes and one for the
+/// port's counter.
+#[derive(Clone, Copy, Debug)]
+struct BusyRate {
+    /// The sample being taken: busy time, and the bytes that passed in it.
+    time: Duration,
+    bytes: u64,
+    /// The last [`RATE_SAMPLE_MEDIAN`] samples, bytes per second.
+    samples: RecentSamples<f64, RATE_SAMPLE_MEDIAN>,
+    /// The largest median of them seen lately (and when), expiring after
+    /// [`BASE_RTT_WINDOW`] like the base RTT.
+    max: Option<(f64, Instant)>,
+}
+
+impl BusyRate {
+    fn new() -> Self {
+        Self {
+            time: Duration::ZERO,
+            bytes: 0,
+            samples: RecentSamples::new(),
+            max: None,
+        }
+    }
+
+    /// Adds `bytes` that passed over `busy` of busy time; takes the sample once it spans
+    /// [`RATE_SAMPLE_SPAN`] and [`RATE_SAMPLE_RTTS`] times `srtt`, and returns its bytes.
+    fn add(&mut self, now: Instant, busy: Duration, bytes: u64, srtt: Duration) -> Option<u64> {
+        self.time += busy;
+        self.bytes = self.bytes.saturating_add(bytes);
+        if self.time < RATE_SAMPLE_SPAN.max(srtt * RATE_SAMPLE_RTTS) {
+            return None;
+        }
+        let taken = self.bytes;
+        self.samples.push(taken as f64 / self.time.as_secs_f64());
+        self.restart();
+        // The median of those taken (the lower of two): one sample lifted by a host's late
+        // read does not count.
+        if let Some(r) = self.samples.median(false) {
+            self.max = Some(windowed_max(self.max, r, now));
+        }
+        Some(taken)
+    }
+
+    /// Drops the sample being taken.
+    fn restart(&mut self) {
+        (self.time, self.bytes) = (Duration::ZERO, 0);
+    }
+}
+
 #[derive(Clone, Debug)]
 struct ReadState {
     sched: Scheduler,
@@ -1320,43 +1370,32 @@ pub struct Receiver {
     base_rtt: Option<(Duration, Instant)>,
     srtt: Option<Duration>,
     rate: Option<f64>,
-    /// The largest median of busy-time samples of the port's rate seen lately (and when): the port's
-    /// capacity as far as this receiver knows it, expiring after [`BASE_RTT_WINDOW`] like
-    /// the base RTT (see "The port's rate" in the module docs).
-    max_rate: Option<(f64, Instant)>,
+    /// Busy-time samples of the port's rate from the receiver's own bytes (see "The port's
+    /// rate" in the module docs).
+    own_rate: BusyRate,
     /// The largest smoothed delivery rate seen lately (and when): the port's rate until the
     /// first busy-time sample.
     max_smoothed_rate: Option<(f64, Instant)>,
     rate_window: Option<(Instant, u64)>,
-    /// The busy-time sample being taken: when the port's busy period began (its first
-    /// byte), the last byte's arrival and whether bytes were still outstanding after it; the
-    /// busy time and the bytes that arrived in it.
+    /// When the port's busy period began (its first byte), and the last byte's arrival and
+    /// whether bytes were still outstanding after it.
     busy_since: Option<Instant>,
     busy_last: Option<(Instant, bool)>,
-    busy_time: Duration,
-    busy_bytes: u64,
-    /// The last [`RATE_SAMPLE_MEDIAN`] busy-time samples, bytes per second.
-    rate_samples: RecentSamples<f64, RATE_SAMPLE_MEDIAN>,
     /// Bytes of the receiver's grants that arrived, duplicates included (what its port
     /// passed for it).
     arrived: u64,
     /// The port's receive counter at its last reading ([`Receiver::on_port_bytes`]): when,
     /// the bytes it had counted, and [`Receiver::arrived`] then.
     counter_at: Option<(Instant, u64, u64)>,
-    /// The counter's sample being taken: busy time, the bytes the port passed in it, and
-    /// the receiver's own among them.
-    counter_time: Duration,
-    counter_bytes: u64,
+    /// The receiver's own bytes in the counter's sample being taken.
     counter_own: u64,
     /// The receiver's share of the port's bytes in the last [`RATE_SAMPLE_MEDIAN`] samples
     /// of the counter, and when the newest was taken.
     counter_shares: RecentSamples<f64, RATE_SAMPLE_MEDIAN>,
     counter_share_at: Option<Instant>,
-    /// The last [`RATE_SAMPLE_MEDIAN`] samples of the counter, bytes per second.
-    counter_samples: RecentSamples<f64, RATE_SAMPLE_MEDIAN>,
-    /// The largest median of the counter's samples seen lately (and when): the port's rate
-    /// with every flow through it counted, the receiver's own and others'.
-    max_port_rate: Option<(f64, Instant)>,
+    /// Busy-time samples of the port's counter: the port's rate with every flow through it
+    /// counted, the receiver's own and others' (see "The port's counter").
+    counter_rate: BusyRate,
     delivered: u64,
     hedge_tokens: u64,
     /// When the hedge bucket last refilled with time.
@@ -1440,23 +1479,17 @@ impl Receiver {
             base_rtt: None,
             srtt: None,
             rate,
-            max_rate: None,
+            own_rate: BusyRate::new(),
             max_smoothed_rate: None,
             rate_window: None,
             busy_since: None,
             busy_last: None,
-            busy_time: Duration::ZERO,
-            busy_bytes: 0,
-            rate_samples: RecentSamples::new(),
             arrived: 0,
             counter_at: None,
-            counter_time: Duration::ZERO,
-            counter_bytes: 0,
             counter_own: 0,
             counter_shares: RecentSamples::new(),
             counter_share_at: None,
-            counter_samples: RecentSamples::new(),
-            max_port_rate: None,
+            counter_rate: BusyRate::new(),
             delivered: 0,
             rtt: None,
             stats: ReceiverStats::default(),
@@ -1796,7 +1829,8 @@ impl Receiver {
             return;
         };
         if received < before || now <= then {
-            (self.counter_time, self.counter_bytes, self.counter_own) = (Duration::ZERO, 0, 0);
+            self.counter_rate.restart();
+            self.counter_own = 0;
             return;
         }
         // The whole interval was busy: bytes outstanding since at least one smoothed RTT
@@ -1810,26 +1844,19 @@ impl Receiver {
         if !busy {
             return;
         }
-        self.counter_time += now - then;
-        self.counter_bytes = self.counter_bytes.saturating_add(received - before);
         self.counter_own = self.counter_own.saturating_add(self.arrived - own_before);
-        if self.counter_time < RATE_SAMPLE_SPAN.max(srtt * RATE_SAMPLE_RTTS) {
+        let Some(port_bytes) = self.counter_rate.add(now, now - then, received - before, srtt) else {
             return;
-        }
-        let sample = self.counter_bytes as f64 / self.counter_time.as_secs_f64();
-        if self.counter_bytes > 0 {
+        };
+        self.stats.counter_samples += 1;
+        if port_bytes > 0 {
             // Own bytes are payload and the counter counts headers too: alone on the port
             // the share is about 0.95 (1448 of 1514 bytes a frame at an MTU of 1500).
-            let share = (self.counter_own as f64 / self.counter_bytes as f64).min(1.0);
+            let share = (self.counter_own as f64 / port_bytes as f64).min(1.0);
             self.counter_shares.push(share);
             self.counter_share_at = Some(now);
         }
-        (self.counter_time, self.counter_bytes, self.counter_own) = (Duration::ZERO, 0, 0);
-        self.counter_samples.push(sample);
-        self.stats.counter_samples += 1;
-        if let Some(r) = self.counter_samples.median(false) {
-            self.max_port_rate = Some(windowed_max(self.max_port_rate, r, now));
-        }
+        self.counter_own = 0;
     }
 
     /// The receiver's share of the bytes its port passed lately, by the port's counter: the
@@ -2512,25 +2539,12 @@ impl Receiver {
         match (self.busy_last, self.busy_since) {
             (Some((last, true)), Some(since)) => {
                 if last >= since + skip {
-                    self.busy_time += now.saturating_duration_since(last);
-                    self.busy_bytes = self.busy_bytes.saturating_add(n);
+                    self.own_rate.add(now, now.saturating_duration_since(last), n, srtt);
                 }
             }
             _ => self.busy_since = Some(now),
         }
         self.busy_last = Some((now, self.outstanding > 0));
-        let span = RATE_SAMPLE_SPAN.max(srtt * RATE_SAMPLE_RTTS);
-        if self.busy_time < span {
-            return;
-        }
-        let sample = self.busy_bytes as f64 / self.busy_time.as_secs_f64();
-        (self.busy_time, self.busy_bytes) = (Duration::ZERO, 0);
-        self.rate_samples.push(sample);
-        // The median of those taken (the lower of two): one sample lifted by a host's late
-        // read does not count.
-        if let Some(r) = self.rate_samples.median(false) {
-            self.max_rate = Some(windowed_max(self.max_rate, r, now));
-        }
     }
 
     /// The port's rate as far as this receiver knows: the user's hint, else the largest
@@ -2541,10 +2555,15 @@ impl Receiver {
         if let Some(b) = self.config.port_rate_bps {
             return Some(b as f64 / 8.0);
         }
-        let own = self.max_rate.or(self.max_smoothed_rate).map(|(m, _)| m).or(self.rate);
+        let own = self
+            .own_rate
+            .max
+            .or(self.max_smoothed_rate)
+            .map(|(m, _)| m)
+            .or(self.rate);
         // The counter only raises what the reads' own bytes say: a first sample of it
         // taken over a stall must not stand for the port.
-        match (own, self.max_port_rate) {
+        match (own, self.counter_rate.max) {
             (Some(a), Some((b, _))) => Some(a.max(b)),
             (a, b) => a.or(b.map(|(m, _)| m)),
         }

@@ -72,7 +72,7 @@ impl RxCounter {
     }
 
     /// The bytes the interface received so far.
-    pub(crate) fn read(&mut self) -> io::Result<u64> {
+    fn read(&mut self) -> io::Result<u64> {
         self.text.clear();
         let mut chunk = [0u8; 4096];
         loop {
