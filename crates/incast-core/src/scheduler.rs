@@ -37,9 +37,10 @@
 //!   round-robin); then untouched fragments in stripe order, spaced by the stagger. A queue
 //!   head that K or B does not admit blocks everything behind it: no fragment is overtaken
 //!   forever, and the grants already out, which hold at most B bytes, unblock it. On a lossy
-//!   port with a small budget (a receiver's `Gate` sets a spreading chunk), untouched
-//!   fragments go before the started ones, so the budget rides on more connections (see
-//!   "Spreading a small budget on a lossy port" in [`crate::receiver`]).
+//!   port that other traffic keeps full, with a small budget (a receiver's `Gate` sets a
+//!   spreading chunk), untouched fragments go before the started ones, so the budget rides
+//!   on more connections (see "Spreading a small budget on a lossy port" in
+//!   [`crate::receiver`]).
 //! - **Exactly once, structurally.** Every byte of a fragment is, at any time, in exactly one
 //!   of: confirmed, in a live grant, in a *hole* (a range whose grant was cancelled or failed,
 //!   re-requested before anything new), or not yet granted (`next..len`). No two live grants
@@ -509,9 +510,9 @@ pub(crate) struct Gate {
     /// as *late* ([`Scheduler::late_bytes`]): the port stops counting its bytes, as TCP's
     /// pipe stops counting segments deemed lost. `None`: no grant is late.
     pub late_after: Option<Duration>,
-    /// On a lossy port, the chunk that spreads the budget over
+    /// On a lossy port that other traffic keeps full, the chunk that spreads the budget over
     /// [`crate::receiver::SPREAD_GRANTS_PER_BUDGET`] connections (`None`: the port reports no
-    /// loss). A read whose policy chunk is larger spends its budget in chunks of this size
+    /// loss, or its queue is the reads' own). A read whose policy chunk is larger spends its budget in chunks of this size
     /// and starts its untouched fragments before it pipelines on started ones (see "Spreading
     /// a small budget" in [`crate::receiver`]).
     pub spread_chunk: Option<u64>,
