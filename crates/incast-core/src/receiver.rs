@@ -467,8 +467,9 @@
 //! its chance (about two RTTs plus 8 ms at HZ 250), before its 200 ms RTO. Only then: a
 //! grant on a port without loss may be waiting for a slow server, and one moved every few
 //! round trips would never complete on a server that takes longer to answer. And at most
-//! [`crate::scheduler::MAX_TIMED_MOVES`] (3) times per fragment until it makes progress
-//! again, for the same reason. Measured beside 2 bulk flows (three alternated runs each of
+//! [`crate::scheduler::MAX_TIMED_MOVES`] (3) times per range of a fragment until that range
+//! makes progress again, for the same reason (per fragment until the thirty-second
+//! session, when a fragment's several ranges used up one count between them). Measured beside 2 bulk flows (three alternated runs each of
 //! 8 rows, before the two limits): 1 host RTO against 14. The limit was once per fragment
 //! until the twentieth session: a grant moved lands on a new connection through the same
 //! lossy port and can lose its own tail, and it then waited for the stall count while its
