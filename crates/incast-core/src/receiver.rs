@@ -469,8 +469,9 @@
 //! round trips would never complete on a server that takes longer to answer. And at most
 //! [`crate::scheduler::MAX_TIMED_MOVES`] (3) times per range of a fragment until that range
 //! makes progress again, for the same reason (per fragment until the thirty-second
-//! session, when a fragment's several ranges used up one count between them). Measured beside 2 bulk flows (three alternated runs each of
-//! 8 rows, before the two limits): 1 host RTO against 14. The limit was once per fragment
+//! session, when a fragment's several ranges used up one count between them). Measured
+//! beside 2 bulk flows (three alternated runs each of 8 rows, before the two limits): 1
+//! host RTO against 14. The limit was once per fragment
 //! until the twentieth session: a grant moved lands on a new connection through the same
 //! lossy port and can lose its own tail, and it then waited for the stall count while its
 //! server's RTO fired (docs/measurements.md, *Twentieth session*). The bound was a fixed

@@ -522,9 +522,9 @@ pub(crate) struct Gate {
     pub late_after: Option<Duration>,
     /// On a lossy port that other traffic keeps full, the chunk that spreads the budget over
     /// [`crate::receiver::SPREAD_GRANTS_PER_BUDGET`] connections (`None`: the port reports no
-    /// loss, or its queue is the reads' own). A read whose policy chunk is larger spends its budget in chunks of this size
-    /// and starts its untouched fragments before it pipelines on started ones (see "Spreading
-    /// a small budget" in [`crate::receiver`]).
+    /// loss, or its queue is the reads' own). A read whose policy chunk is larger spends its
+    /// budget in chunks of this size and starts its untouched fragments before it pipelines
+    /// on started ones (see "Spreading a small budget" in [`crate::receiver`]).
     pub spread_chunk: Option<u64>,
 }
 
