@@ -2700,9 +2700,8 @@ mod tests {
         assert_eq!(first.len(), 2, "{first:?}");
         // Per range (its block offset): when it was last issued, and its moves within the bound.
         let mut ranges: HashMap<u64, (Instant, u32)> = first.iter().map(|g| (g.block_offset, (start, 0))).collect();
-        let mut now = start;
         while ranges.values().any(|&(_, n)| n < u32::from(MAX_TIMED_MOVES)) {
-            now = s.poll_timeout().expect("a stall timer");
+            let now = s.poll_timeout().expect("a stall timer");
             assert!(now - start < Duration::from_secs(2), "moves per range: {ranges:?}");
             s.handle_timeout_gated(now, &lossy);
             for a in std::iter::from_fn(|| s.poll_action(now)).collect::<Vec<_>>() {
