@@ -2214,6 +2214,7 @@ impl Receiver {
 
     fn gate(&self, now: Instant) -> Gate {
         let counted = self.counted();
+        let ours = self.queue_is_ours();
         let room = if counted == 0 {
             u64::MAX
         } else {
@@ -2232,10 +2233,10 @@ impl Receiver {
             timeout_scale: self.timeout_scale,
             // Stalls are judged in `handle_timeout_of` only.
             escalate_within: None,
-            late_after: self.late_after(),
+            late_after: self.late_after_when(ours),
             // Spreading is for a port that other traffic keeps full; where the queue is the
             // reads' own, their losses are their own overflow and the budget answers them.
-            spread_chunk: (self.is_lossy(now) && !self.queue_is_ours())
+            spread_chunk: (self.is_lossy(now) && !ours)
                 .then(|| (self.budget / SPREAD_GRANTS_PER_BUDGET).max(MIN_CHUNK)),
         }
     }
@@ -2245,7 +2246,13 @@ impl Receiver {
     /// first-byte times, at least [`MIN_LATE_AFTER`], while the queue is not the receiver's
     /// own; `None` otherwise.
     fn late_after(&self) -> Option<Duration> {
-        if self.queue_is_ours() {
+        self.late_after_when(self.queue_is_ours())
+    }
+
+    /// [`Self::late_after`] with whose queue it is already asked (`ours`): the gate asks it
+    /// once for this and for spreading.
+    fn late_after_when(&self, ours: bool) -> Option<Duration> {
+        if ours {
             return None;
         }
         let srtt = self.srtt?;
