@@ -1851,15 +1851,12 @@ impl Receiver {
         // The whole interval was busy: bytes outstanding since at least one smoothed RTT
         // and RATE_SAMPLE_SKIP before it began (no token bucket's burst after an idle port
         // in it), and still outstanding after the last arrival and now.
-        let srtt = self.srtt.unwrap_or(RATE_INTERVAL);
-        let skip = srtt.max(RATE_SAMPLE_SKIP);
-        let busy = self.outstanding > 0
-            && self.busy_last.is_some_and(|(_, out)| out)
-            && self.busy_since.is_some_and(|since| since + skip <= then);
+        let busy = self.outstanding > 0 && self.busy_last.is_some_and(|(_, out)| out) && self.busy_settled_by(then);
         if !busy {
             return;
         }
         self.counter_own = self.counter_own.saturating_add(self.arrived - own_before);
+        let srtt = self.sample_srtt();
         let Some(port_bytes) = self.counter_rate.add(now, now - then, received - before, srtt) else {
             return;
         };
@@ -2557,17 +2554,29 @@ impl Receiver {
         if n == 0 {
             return;
         }
-        let srtt = self.srtt.unwrap_or(RATE_INTERVAL);
-        let skip = srtt.max(RATE_SAMPLE_SKIP);
-        match (self.busy_last, self.busy_since) {
-            (Some((last, true)), Some(since)) => {
-                if last >= since + skip {
+        match self.busy_last {
+            Some((last, true)) if self.busy_since.is_some() => {
+                if self.busy_settled_by(last) {
+                    let srtt = self.sample_srtt();
                     self.own_rate.add(now, now.saturating_duration_since(last), n, srtt);
                 }
             }
             _ => self.busy_since = Some(now),
         }
         self.busy_last = Some((now, self.outstanding > 0));
+    }
+
+    /// The smoothed RTT that sizes the busy-time samples ([`RATE_INTERVAL`] before one).
+    fn sample_srtt(&self) -> Duration {
+        self.srtt.unwrap_or(RATE_INTERVAL)
+    }
+
+    /// Whether the port's busy period began at least one smoothed RTT and
+    /// [`RATE_SAMPLE_SKIP`] before `at`: busy time from then on holds no token bucket's
+    /// burst after an idle port (the rule both kinds of busy-time sample follow).
+    fn busy_settled_by(&self, at: Instant) -> bool {
+        let skip = self.sample_srtt().max(RATE_SAMPLE_SKIP);
+        self.busy_since.is_some_and(|since| since + skip <= at)
     }
 
     /// The port's rate as far as this receiver knows: the user's hint, else the largest
