@@ -88,7 +88,8 @@
 //!   (Homa's RTTbytes and overcommitment): more would only queue. The port's rate, not the
 //!   receiver's own: sharing the port with bulk flows, the reads' own rate made the cap
 //!   shrink with their share, and the share with the cap. B never goes below
-//!   [`ReceiverConfigBuilder::min_budget`] nor above [`ReceiverConfigBuilder::max_budget`].
+//!   its floor (see *A floor that follows the path*) nor above
+//!   [`ReceiverConfigBuilder::max_budget`].
 //! - **Grant size follows the rate and the budget.** A new chunk carries at least
 //!   [`GRANT_TIME`] at the port's rate (the hint, else the largest measured lately; at most a
 //!   quarter of the budget), so on a 10-100 Gbit/s path the request overhead does not cap
@@ -254,6 +255,47 @@
 //! *Tenth session*: until then a unit of up to 16 KiB reached a 16 KiB port whole, so it was
 //! dropped whenever the queue held anything. With units of at most half the buffer the same
 //! 16 KiB port at 1 Gbit/s reads 96-99.6% of the line rate, with no kernel RTO.)
+//!
+//! # A floor that follows the path
+//!
+//! A constant floor is a budget sized for one path. 16 KiB is about a bandwidth-delay
+//! product plus the target queue at 1 Gbit/s, and it keeps the reads' share beside bulk
+//! flows whose losses would otherwise cut the budget to nothing; but on a slow port with a
+//! shallow buffer it is more than the buffer and the path hold together, and no loss can
+//! take the budget under it. Measured without a hint (docs/measurements.md,
+//! *Thirty-third session*): at 100 Mbit/s behind an 8 KiB port the budget sat at 16 KiB in
+//! every row, the switch dropped 1,000-3,500 packets a row and the reads got 0.79-0.84 of
+//! the line rate, where the same client told the port (`ReceiverConfig::for_port`, a floor
+//! of 7.2 KB) read 0.98 with 2-3 drops a row; at 200 Mbit/s behind 8 KiB 0.81-0.96; at
+//! 50 Mbit/s behind 12 KiB, 0.88-0.98 against 0.98. With the floor below: 0.981-0.983
+//! (27-56 drops a row), 0.974-0.985 and 0.975-0.984, as much as with the port told or more;
+//! at 1 Gbit/s (32 and 16 KiB ports) and 100 Mbit/s behind 32 KiB within the runs' spread.
+//!
+//! So unless the user sets one ([`ReceiverConfigBuilder::min_budget`]), the floor of a loss
+//! decrease follows the path where the loss is one the reads' own budget caused, by the
+//! test that lets a loss teach a ceiling (the queue is theirs and they take at least
+//! [`CEILING_RATE_SHARE`] of the port's bytes): there it is the port's bandwidth-delay
+//! product plus the configured target queue (the growth cap's RTTbytes, without the
+//! overcommitment), at most [`DEFAULT_MIN_BUDGET`] and at least [`MIN_PATH_FLOOR`]. A
+//! budget that low still keeps the port busy, since it holds a round trip at the port's
+//! rate and a target's queue to ride the host's noise, and only losses at the 16 KiB floor
+//! bring it there. At 1 Gbit/s the product is over 16 KiB, so nothing changes there.
+//! Beside other traffic the floor stays at 16 KiB (when such traffic comes the budget
+//! grows back to it rather than jumping).
+//!
+//! The configured target, not the learnt one (*A buffer shallower than the target*): the
+//! learnt target falls to [`MIN_TARGET_DELAY`] on the noisy samples of a 2-core host, and
+//! with it the floor at 1 Gbit/s fell to 10-14 KB (a base RTT of 35-40 us): in three
+//! alternated runs of the 1 Gbit/s grid 96.4-97.0% of the line rate against 97.1-97.5%,
+//! and behind a 16 KiB port 97.4% against 98.1%.
+//!
+//! Loss, not delay: a severe-delay decrease keeps the configured floor. On a slow port the
+//! 16 KiB floor queues far past the target without overflowing a buffer that holds it, and
+//! taken under it by delay (100 Mbit/s, 32 KiB port, the first form of this rule) the
+//! budget spent itself in 4 KiB grants, twice as many per block, with 4-10 times the drops
+//! and 0.7-1.1 points less goodput in 3 of 12 rows. The first form also lowered the floor
+//! where the reads merely took [`OWN_QUEUE_SHARE`] of the port: beside 2 bulk flows at
+//! 100 Mbit/s it doubled the grants per block in 3 of 8 rows.
 //!
 //! # A ceiling learnt from loss
 //!
@@ -640,7 +682,8 @@
 //!    failures) replace bytes the port had admitted and go first regardless: a stall halves
 //!    the budget, and the hedge of that very stall must not wait behind it;
 //! 3. the order set holds exactly the live reads, each under its current key;
-//! 4. every read's scheduler holds its own invariants.
+//! 4. every read's scheduler holds its own invariants;
+//! 5. the budget is within its ceiling and the lowest its floor goes.
 //!
 //! # Cost
 //!
@@ -716,6 +759,10 @@ pub const SPREAD_GRANTS_PER_BUDGET: u64 = 4;
 /// segments, so a response still ends with enough segments behind a loss for fast
 /// retransmit's duplicate ACKs).
 pub const MIN_CHUNK: u64 = 4 * 1024;
+/// The lowest a floor that follows the path goes (8 KiB: [`MIN_GRANTS_PER_BUDGET`] chunks of
+/// [`MIN_CHUNK`], so one grant transfers while the next one's request travels). See "A floor
+/// that follows the path" in the module docs.
+pub const MIN_PATH_FLOOR: u64 = MIN_GRANTS_PER_BUDGET * MIN_CHUNK;
 /// After a loss, the target delay becomes this share (1/2) of the largest queueing delay
 /// the port's own grants built since the previous loss decrease: the queue at which the port's
 /// buffer overflowed, about its size over its rate. See "A buffer shallower than the target"
@@ -862,6 +909,9 @@ pub struct ReceiverConfig {
     adaptive: bool,
     pacing: bool,
     port_rate_bps: Option<u64>,
+    /// Whether the floor follows the path (no floor was set; see "A floor that follows the
+    /// path" in the module docs).
+    path_floor: bool,
 }
 
 impl Default for ReceiverConfig {
@@ -912,9 +962,15 @@ impl ReceiverConfig {
     pub fn initial_budget(&self) -> u64 {
         self.initial_budget
     }
-    /// Floor of the budget, bytes.
+    /// Floor of the budget, bytes: where it follows the path
+    /// ([`ReceiverConfig::floor_follows_path`]), its highest.
     pub fn min_budget(&self) -> u64 {
         self.min_budget
+    }
+    /// Whether the floor follows the path: true unless a floor was set
+    /// ([`ReceiverConfigBuilder::min_budget`], or [`ReceiverConfig::for_port`]).
+    pub fn floor_follows_path(&self) -> bool {
+        self.path_floor
     }
     /// Ceiling of the budget, bytes.
     pub fn max_budget(&self) -> u64 {
@@ -966,6 +1022,7 @@ impl Default for ReceiverConfigBuilder {
                 adaptive: true,
                 pacing: DEFAULT_PACING,
                 port_rate_bps: None,
+                path_floor: true,
             },
             initial_set: false,
         }
@@ -980,12 +1037,16 @@ impl ReceiverConfigBuilder {
         self.initial_set = true;
         self
     }
-    /// Floor of the adaptive budget in bytes. Default [`DEFAULT_MIN_BUDGET`]; range
+    /// Floor of the adaptive budget in bytes, fixed. Default: one that follows the path, at
+    /// most [`DEFAULT_MIN_BUDGET`] and, where the reads have the port to themselves, down to
+    /// the port's bandwidth-delay product plus the target queue, at least
+    /// [`MIN_PATH_FLOOR`] (see "A floor that follows the path" in the module docs). Range
     /// `[1, initial]` when the starting budget is set, else `[1, max]` (the starting budget
     /// then follows the floor up). A grant larger than the budget still goes out when
     /// nothing is outstanding.
     pub fn min_budget(mut self, bytes: u64) -> Self {
         self.c.min_budget = bytes;
+        self.c.path_floor = false;
         self
     }
     /// Ceiling of the adaptive budget in bytes. Default [`DEFAULT_MAX_BUDGET`]; range
@@ -1932,7 +1993,8 @@ impl Receiver {
     /// held the budget at 100-200 KiB, 0.88x of `naive`).
     fn loss_decrease(&mut self, now: Instant, f: f64, reported: bool) {
         let lost_at = self.budget;
-        if !self.decrease(now, f) {
+        let floor = self.loss_floor();
+        if !self.decrease(now, f, floor) {
             return;
         }
         self.stats.loss_decreases += 1;
@@ -1969,7 +2031,7 @@ impl Receiver {
         let floor = self.bdp(now).unwrap_or(0.0) as u64;
         let ceiling = ((lost_at as f64 * LOSS_CEILING_SHARE) as u64)
             .max(floor)
-            .clamp(self.config.min_budget, self.config.max_budget);
+            .clamp(self.loss_floor(), self.config.max_budget);
         self.budget = self.budget.min(ceiling);
         self.loss_ceiling = Some((ceiling, now));
     }
@@ -2128,7 +2190,7 @@ impl Receiver {
         if self.order.len() != live {
             return Err(InvariantViolation(format!("{} ordered, {live} live", self.order.len())));
         }
-        if self.budget < self.config.min_budget || self.budget > self.config.max_budget {
+        if self.budget < self.lowest_floor() || self.budget > self.config.max_budget {
             return Err(InvariantViolation(format!("budget {} out of bounds", self.budget)));
         }
         if self.hedge_tokens > self.config.hedge_burst {
@@ -2427,7 +2489,10 @@ impl Receiver {
         if delay > severe * SEVERE_DELAY_FACTOR {
             let excess = (delay - severe).as_secs_f64() / delay.as_secs_f64();
             let f = (1.0 - BETA * excess).max(1.0 - MAX_DECREASE);
-            if self.decrease(now, f) {
+            // Delay alone never takes the budget under the configured floor: a slow port's
+            // floor queues past the target without overflowing (see "A floor that follows
+            // the path").
+            if self.decrease(now, f, self.config.min_budget) {
                 self.stats.delay_decreases += 1;
             }
         }
@@ -2639,8 +2704,9 @@ impl Receiver {
         }
     }
 
-    /// Multiplies the budget by `f`, at most once per smoothed RTT. Returns whether it did.
-    fn decrease(&mut self, now: Instant, f: f64) -> bool {
+    /// Multiplies the budget by `f`, never under `floor` (nor lifting it to a floor above
+    /// it), at most once per smoothed RTT. Returns whether it did.
+    fn decrease(&mut self, now: Instant, f: f64, floor: u64) -> bool {
         if !self.config.adaptive {
             return false;
         }
@@ -2650,16 +2716,49 @@ impl Receiver {
         }
         self.slow_start = false;
         self.last_decrease = Some(now);
-        self.budget = ((self.budget as f64 * f) as u64).clamp(self.config.min_budget, self.config.max_budget);
+        // A floor that rose over the budget (another flow came) does not lift it: growth does.
+        let floor = floor.min(self.budget);
+        self.budget = ((self.budget as f64 * f) as u64).clamp(floor, self.config.max_budget.max(floor));
         true
+    }
+
+    /// The floor of a loss decrease: the configured one, or, where it follows the path and
+    /// the loss is one the reads' own budget caused (the queue is theirs and they take at
+    /// least [`CEILING_RATE_SHARE`] of the port, as for a ceiling learnt from loss), the
+    /// port's bandwidth-delay product plus the configured target queue within
+    /// [`MIN_PATH_FLOOR`] and the configured floor (see "A floor that follows the path" in
+    /// the module docs).
+    fn loss_floor(&self) -> u64 {
+        let fixed = self.config.min_budget;
+        if !self.config.path_floor || !self.queue_is_ours() || !self.takes_share(CEILING_RATE_SHARE) {
+            return fixed;
+        }
+        // The configured target, not a learnt one: see "A floor that follows the path".
+        self.bdp_with(self.config.target_delay)
+            .map_or(fixed, |b| (b as u64).clamp(self.lowest_floor(), fixed))
+    }
+
+    /// The lowest the floor goes: [`MIN_PATH_FLOOR`] where it follows the path (never over
+    /// the configured floor), else the configured floor.
+    fn lowest_floor(&self) -> u64 {
+        if self.config.path_floor {
+            MIN_PATH_FLOOR.min(self.config.min_budget)
+        } else {
+            self.config.min_budget
+        }
     }
 
     /// The port's rate times its base RTT plus the target delay, bytes: what the receiver
     /// needs outstanding to keep the port busy with a target queue. `None` until measured.
     fn bdp(&self, now: Instant) -> Option<f64> {
+        self.bdp_with(self.target(now))
+    }
+
+    /// The port's rate times its base RTT plus `queue`, bytes. `None` until measured.
+    fn bdp_with(&self, queue: Duration) -> Option<f64> {
         let rate = self.link_rate()?;
         let rtt = self.base_rtt.map(|(d, _)| d).or(self.srtt)?;
-        Some(rate * (rtt + self.target(now)).as_secs_f64())
+        Some(rate * (rtt + queue).as_secs_f64())
     }
 
     fn grow(&mut self, now: Instant, delivered: u64) {
@@ -3470,6 +3569,122 @@ mod tests {
         assert_eq!(rx.budget(), b);
     }
 
+    /// Makes the port's counter say, as of `now`, that the reads took `share` of its bytes
+    /// in each of its last samples.
+    fn counted(rx: &mut Receiver, now: Instant, share: f64) {
+        for _ in 0..RATE_SAMPLE_MEDIAN {
+            rx.counter_shares.push(share);
+        }
+        (rx.counter_share_at, rx.counter_at) = (Some(now), Some((now, 0, 0)));
+    }
+
+    /// The budget after 40 loss windows, 1 ms apart, in which every response lost, on a port
+    /// of `rate_bps` with a base RTT of 200 us whose counter gives the reads `share` of its
+    /// bytes; `floor` sets a fixed floor.
+    fn budget_after_losses(rate_bps: u64, share: f64, floor: Option<u64>) -> u64 {
+        let mut b = ReceiverConfig::builder().port_rate_bps(Some(rate_bps));
+        if let Some(f) = floor {
+            b = b.min_budget(f);
+        }
+        let mut rx = Receiver::new(b.build().unwrap());
+        let t = Instant::now();
+        let stripe = Stripe::fixed_sru("a", &servers(8), 64 * 1024).unwrap();
+        let k = rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
+        rx.on_sample(t, k, Duration::from_micros(200));
+        counted(&mut rx, t, share);
+        let mut now = t;
+        for _ in 0..40 {
+            now += Duration::from_millis(1);
+            rx.on_loss(now, 3, 0);
+            rx.check_invariants().unwrap();
+        }
+        rx.budget()
+    }
+
+    #[test]
+    fn on_a_port_of_its_own_the_floor_follows_the_path() {
+        // 100 Mbit/s (12.5 bytes per us), 200 us of base RTT and the 200 us target: the
+        // product is 5,000 bytes, so the floor stops at MIN_PATH_FLOOR, under the default.
+        assert_eq!(budget_after_losses(100_000_000, 0.95, None), MIN_PATH_FLOOR);
+        // 200 Mbit/s: 25 x 400 = 10,000 bytes, between the two.
+        assert_eq!(budget_after_losses(200_000_000, 0.95, None), 10_000);
+        // The configured target counts, not a learnt one (a learnt 50 us would give 6,250).
+        let mut rx = Receiver::new(
+            ReceiverConfig::builder()
+                .port_rate_bps(Some(200_000_000))
+                .build()
+                .unwrap(),
+        );
+        let t = Instant::now();
+        let stripe = Stripe::fixed_sru("a", &servers(8), 64 * 1024).unwrap();
+        let k = rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
+        rx.on_sample(t, k, Duration::from_micros(200));
+        counted(&mut rx, t, 0.95);
+        rx.learnt_target = Some((MIN_TARGET_DELAY, t));
+        assert_eq!(rx.loss_floor(), 10_000);
+        // 1 Gbit/s: 50,000 bytes, over the default floor, which stands.
+        assert_eq!(budget_after_losses(1_000_000_000, 0.95, None), DEFAULT_MIN_BUDGET);
+        // Beside other traffic (the reads take 40% of the port, or 70%: their queue, but
+        // not a port they fill) the default floor stands: their losses are not their budget's.
+        assert_eq!(budget_after_losses(100_000_000, 0.4, None), DEFAULT_MIN_BUDGET);
+        assert_eq!(budget_after_losses(100_000_000, 0.7, None), DEFAULT_MIN_BUDGET);
+        // A floor the user set stands wherever.
+        assert_eq!(budget_after_losses(100_000_000, 0.95, Some(12_000)), 12_000);
+        let c = ReceiverConfig::builder().min_budget(12_000).build().unwrap();
+        assert!(!c.floor_follows_path() && ReceiverConfig::default().floor_follows_path());
+    }
+
+    #[test]
+    fn delay_alone_keeps_the_configured_floor() {
+        // The same 100 Mbit/s port of the reads' own, first bytes 5 ms above the base RTT
+        // (a 16 KiB floor queues 1.3 ms there): severe delay decreases stop at the default
+        // floor, which the buffer holds without loss.
+        let mut rx = Receiver::new(
+            ReceiverConfig::builder()
+                .port_rate_bps(Some(100_000_000))
+                .build()
+                .unwrap(),
+        );
+        let t = Instant::now();
+        let stripe = Stripe::fixed_sru("a", &servers(8), 64 * 1024).unwrap();
+        let k = rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
+        rx.on_sample(t, k, Duration::from_micros(200));
+        counted(&mut rx, t, 0.95);
+        rx.budget = 4 * DEFAULT_MIN_BUDGET;
+        let mut now = t;
+        for _ in 0..40 {
+            now += Duration::from_millis(1);
+            rx.on_sample(now, k, Duration::from_micros(5_200));
+        }
+        assert!(rx.stats().delay_decreases > 2, "{:?}", rx.stats());
+        assert_eq!(rx.budget(), DEFAULT_MIN_BUDGET);
+    }
+
+    #[test]
+    fn a_floor_that_rose_does_not_lift_the_budget() {
+        // At the path's floor on a port of its own, then other traffic comes: the floor is
+        // the default's again, the budget stays where it was, and growth takes it up.
+        let mut rx = Receiver::new(
+            ReceiverConfig::builder()
+                .port_rate_bps(Some(100_000_000))
+                .build()
+                .unwrap(),
+        );
+        let t = Instant::now();
+        let stripe = Stripe::fixed_sru("a", &servers(8), 64 * 1024).unwrap();
+        let k = rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
+        rx.on_sample(t, k, Duration::from_micros(200));
+        counted(&mut rx, t, 0.95);
+        rx.budget = MIN_PATH_FLOOR;
+        counted(&mut rx, t, 0.4);
+        assert_eq!(rx.loss_floor(), DEFAULT_MIN_BUDGET);
+        rx.on_loss(t + Duration::from_millis(1), 3, 0);
+        assert_eq!(rx.budget(), MIN_PATH_FLOOR);
+        rx.check_invariants().unwrap();
+        rx.grow(t + Duration::from_millis(2), 64 * 1024);
+        assert!(rx.budget() > MIN_PATH_FLOOR);
+    }
+
     #[test]
     fn the_ports_counter_says_whose_queue_it_is() {
         // A 1 Gbit/s port, the budget brought near its floor by a decrease, and first bytes
@@ -3482,12 +3697,6 @@ mod tests {
         rx.rate = Some(25e6);
         assert!(!rx.queue_is_ours());
         let mut now = t;
-        let counted = |rx: &mut Receiver, now: Instant, share: f64| {
-            for _ in 0..RATE_SAMPLE_MEDIAN {
-                rx.counter_shares.push(share);
-            }
-            (rx.counter_share_at, rx.counter_at) = (Some(now), Some((now, 0, 0)));
-        };
         // The port's counter says the reads took 95% of its bytes: the queue is theirs,
         // whatever their rate, and they do not compete.
         counted(&mut rx, now, 0.95);

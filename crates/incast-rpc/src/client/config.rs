@@ -205,7 +205,8 @@ impl ClientConfigBuilder {
     }
     /// The client-wide receiver's settings. Default [`ReceiverConfig::default`]: a 16 KiB
     /// starting budget that doubles every round trip until the port shows delay or loss,
-    /// then adapts to what the reads measure. Replaced by
+    /// then adapts to what the reads measure, over a floor that follows the path (16 KiB,
+    /// lower where the reads' own losses show a slow port's buffer holds less). Replaced by
     /// [`ClientConfigBuilder::port_hint`] when that is given.
     pub fn receiver(mut self, r: ReceiverConfig) -> Self {
         self.cfg.receiver = r;
