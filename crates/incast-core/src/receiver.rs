@@ -3578,10 +3578,9 @@ mod tests {
         (rx.counter_share_at, rx.counter_at) = (Some(now), Some((now, 0, 0)));
     }
 
-    /// The budget after 40 loss windows, 1 ms apart, in which every response lost, on a port
-    /// of `rate_bps` with a base RTT of 200 us whose counter gives the reads `share` of its
-    /// bytes; `floor` sets a fixed floor.
-    fn budget_after_losses(rate_bps: u64, share: f64, floor: Option<u64>) -> u64 {
+    /// A read of 8 x 64 KiB on a port of `rate_bps` with a base RTT of 200 us, whose counter
+    /// gives the reads `share` of its bytes; `floor` sets a fixed floor.
+    fn a_read_sharing(rate_bps: u64, share: f64, floor: Option<u64>) -> (Receiver, Instant, ReadKey) {
         let mut b = ReceiverConfig::builder().port_rate_bps(Some(rate_bps));
         if let Some(f) = floor {
             b = b.min_budget(f);
@@ -3592,7 +3591,13 @@ mod tests {
         let k = rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
         rx.on_sample(t, k, Duration::from_micros(200));
         counted(&mut rx, t, share);
-        let mut now = t;
+        (rx, t, k)
+    }
+
+    /// The budget of [`a_read_sharing`] after 40 loss windows, 1 ms apart, in which every
+    /// response lost.
+    fn budget_after_losses(rate_bps: u64, share: f64, floor: Option<u64>) -> u64 {
+        let (mut rx, mut now, _) = a_read_sharing(rate_bps, share, floor);
         for _ in 0..40 {
             now += Duration::from_millis(1);
             rx.on_loss(now, 3, 0);
@@ -3609,17 +3614,7 @@ mod tests {
         // 200 Mbit/s: 25 x 400 = 10,000 bytes, between the two.
         assert_eq!(budget_after_losses(200_000_000, 0.95, None), 10_000);
         // The configured target counts, not a learnt one (a learnt 50 us would give 6,250).
-        let mut rx = Receiver::new(
-            ReceiverConfig::builder()
-                .port_rate_bps(Some(200_000_000))
-                .build()
-                .unwrap(),
-        );
-        let t = Instant::now();
-        let stripe = Stripe::fixed_sru("a", &servers(8), 64 * 1024).unwrap();
-        let k = rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
-        rx.on_sample(t, k, Duration::from_micros(200));
-        counted(&mut rx, t, 0.95);
+        let (mut rx, t, _) = a_read_sharing(200_000_000, 0.95, None);
         rx.learnt_target = Some((MIN_TARGET_DELAY, t));
         assert_eq!(rx.loss_floor(), 10_000);
         // 1 Gbit/s: 50,000 bytes, over the default floor, which stands.
@@ -3639,17 +3634,7 @@ mod tests {
         // The same 100 Mbit/s port of the reads' own, first bytes 5 ms above the base RTT
         // (a 16 KiB floor queues 1.3 ms there): severe delay decreases stop at the default
         // floor, which the buffer holds without loss.
-        let mut rx = Receiver::new(
-            ReceiverConfig::builder()
-                .port_rate_bps(Some(100_000_000))
-                .build()
-                .unwrap(),
-        );
-        let t = Instant::now();
-        let stripe = Stripe::fixed_sru("a", &servers(8), 64 * 1024).unwrap();
-        let k = rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
-        rx.on_sample(t, k, Duration::from_micros(200));
-        counted(&mut rx, t, 0.95);
+        let (mut rx, t, k) = a_read_sharing(100_000_000, 0.95, None);
         rx.budget = 4 * DEFAULT_MIN_BUDGET;
         let mut now = t;
         for _ in 0..40 {
@@ -3664,17 +3649,7 @@ mod tests {
     fn a_floor_that_rose_does_not_lift_the_budget() {
         // At the path's floor on a port of its own, then other traffic comes: the floor is
         // the default's again, the budget stays where it was, and growth takes it up.
-        let mut rx = Receiver::new(
-            ReceiverConfig::builder()
-                .port_rate_bps(Some(100_000_000))
-                .build()
-                .unwrap(),
-        );
-        let t = Instant::now();
-        let stripe = Stripe::fixed_sru("a", &servers(8), 64 * 1024).unwrap();
-        let k = rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
-        rx.on_sample(t, k, Duration::from_micros(200));
-        counted(&mut rx, t, 0.95);
+        let (mut rx, t, _) = a_read_sharing(100_000_000, 0.95, None);
         rx.budget = MIN_PATH_FLOOR;
         counted(&mut rx, t, 0.4);
         assert_eq!(rx.loss_floor(), DEFAULT_MIN_BUDGET);
