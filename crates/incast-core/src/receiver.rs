@@ -1993,8 +1993,8 @@ impl Receiver {
     /// held the budget at 100-200 KiB, 0.88x of `naive`).
     fn loss_decrease(&mut self, now: Instant, f: f64, reported: bool) {
         let lost_at = self.budget;
-        let floor = self.loss_floor();
-        if !self.decrease(now, f, floor) {
+        let loss_floor = self.loss_floor();
+        if !self.decrease(now, f, loss_floor) {
             return;
         }
         self.stats.loss_decreases += 1;
@@ -2028,10 +2028,10 @@ impl Receiver {
         if self.ceiling(now).is_some_and(|c| lost_at < c) {
             return;
         }
-        let floor = self.bdp(now).unwrap_or(0.0) as u64;
+        let rtt_bytes = self.bdp(now).unwrap_or(0.0) as u64;
         let ceiling = ((lost_at as f64 * LOSS_CEILING_SHARE) as u64)
-            .max(floor)
-            .clamp(self.loss_floor(), self.config.max_budget);
+            .max(rtt_bytes)
+            .clamp(loss_floor, self.config.max_budget);
         self.budget = self.budget.min(ceiling);
         self.loss_ceiling = Some((ceiling, now));
     }
