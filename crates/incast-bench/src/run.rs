@@ -245,6 +245,9 @@ pub struct Measurement {
     /// The client-wide receiver's budget decreases during the configuration (warm-up
     /// included): on queueing delay, on reported loss, on stalls.
     pub budget_decreases: [u64; 3],
+    /// Stalls past slow start on a port no server had reported loss on lately, which the
+    /// budget left alone (`ReceiverStats::quiet_stalls`).
+    pub quiet_stalls: u64,
     /// Times the port went silent and stopped counting the bytes then outstanding
     /// (`ReceiverStats::stuck_discounts`).
     pub stuck_discounts: u64,
@@ -616,6 +619,7 @@ pub async fn measure(
         if let Some(p) = c.port_stats() {
             let mut m = m.borrow_mut();
             m.budget_decreases = [p.delay_decreases, p.loss_decreases, p.stall_decreases];
+            m.quiet_stalls = p.quiet_stalls;
             m.stuck_discounts = p.stuck_discounts;
             m.competing_entries = p.competing_entries;
             m.delay_holds = p.delay_holds;

@@ -365,7 +365,8 @@ impl Client {
                     // serves equal reads in start order, so the earliest-started shard still
                     // running is the one it serves: nothing completing means that one is
                     // stuck. Drop its read, which frees its share of the port at once (a
-                    // stuck read holds it, and the stalls shrink the budget under it).
+                    // stuck read holds it, and on a lossy port its stalls shrink the budget
+                    // under it).
                     if next < n {
                         let late = (0..n)
                             .filter(|&i| runs.drop_tx[i].is_some())
