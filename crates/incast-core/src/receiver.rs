@@ -65,12 +65,13 @@
 //!   receiver tells then.
 //! - **Loss.** Once per smoothed RTT the receiver takes the share of responses whose server
 //!   reported retransmits ([`Receiver::on_loss`]; QUIC loss events count too) or that
-//!   stalled on a port whose servers report loss (see *Stalls count where loss is
-//!   reported*), folds it into DCTCP's moving average `alpha` (gain [`ALPHA_GAIN`], starting at
-//!   1), and if any response of the window saw loss, shrinks B by `alpha / 2`. So the first
-//!   loss halves B, as TCP would, while a steady trickle of loss (bulk flows filling the
-//!   port) shrinks it a little each round trip instead of pinning it at the floor. A kernel
-//!   RTO a server reports halves B at once ([`LOSS_DECREASE`]).
+//!   stalled in slow start or on a port whose servers report loss (see *Stalls count where
+//!   loss is reported*), folds it into DCTCP's moving average `alpha` (gain
+//!   [`ALPHA_GAIN`], starting at 1), and if any response of the window saw loss, shrinks B
+//!   by `alpha / 2`. So the first loss halves B, as TCP would, while a steady trickle of
+//!   loss (bulk flows filling the port) shrinks it a little each round trip instead of
+//!   pinning it at the floor. A kernel RTO a server reports halves B at once
+//!   ([`LOSS_DECREASE`]).
 //! - **At most one decrease per smoothed RTT**: the samples of one congestion event arrive
 //!   together.
 //! - **Growth.** Until the first decrease, B grows by the bytes each completed grant
@@ -531,19 +532,19 @@
 //! # Stalls count where loss is reported
 //!
 //! A stall is counted as a response that saw loss only in slow start (the budget has not
-//! met the port yet, and the stall may be the first overflow's lost tail) and while the
-//! port is lossy ([`Receiver::is_lossy`]: a server reported loss within
-//! [`LOSSY_PORT_WINDOW`]); on a quiet port past slow start it is hedged or backed off as
-//! before but leaves the budget alone ([`ReceiverStats::quiet_stalls`]). Where a buffer overflows, some of the flows that lost
-//! recover by fast retransmit or a tail-loss probe and their servers report it in `End`
-//! within a round trip or two, well before the stall timers of the flows that lost their
-//! tails fire; where nothing is reported, a first byte late past its expected completion is
-//! the host's (a descheduled server or client on 2 cores, a slow disk), and a smaller
-//! budget does not make it sooner. Counted as loss, such stalls shrank the budget on
-//! loopback, where nothing is ever lost, by 4-33 decreases per 4-second cell, in one run
-//! under a 256 KiB fragment (1 server x 16 reads at 0.81 of `naive`, 1.45 grants per
-//! read), and on the testbed in rows of 4 KiB fragments with no switch drop and no
-//! retransmit (13-61 per row of must-show 1, the rows that fell under 95%).
+//! met the port yet, and the stall may be the first overflow's lost tail) or while the port
+//! is lossy ([`Receiver::is_lossy`]: a server reported loss within [`LOSSY_PORT_WINDOW`]);
+//! on a quiet port past slow start it is hedged or backed off as before but leaves the
+//! budget alone ([`ReceiverStats::quiet_stalls`]). Where a buffer overflows, some of the
+//! flows that lost recover by fast retransmit or a tail-loss probe, and their servers
+//! report it in `End` within a round trip or two, before the stall timers of the flows that
+//! lost their tails fire; where nothing is reported, a first byte late past its expected
+//! completion is the host's (a descheduled server or client on 2 cores, a slow disk), and a
+//! smaller budget does not make it sooner. Counted as loss, such stalls shrank the budget
+//! on loopback, where nothing is ever lost, by 4-33 decreases per 4-second cell, in one run
+//! under a 256 KiB fragment (1 server x 16 reads at 0.81 of `naive`, 1.45 grants per read),
+//! and on the testbed in rows of 4 KiB fragments with no switch drop and no retransmit
+//! (13-61 per row of must-show 1, the rows that fell under 95%).
 //!
 //! Measured in alternated runs, one each (docs/measurements.md, *Thirty-fourth session*):
 //! must-show 1 (24 rows) 21 rows at 95% of the line rate or more against 18, every row of
@@ -1993,9 +1994,9 @@ impl Receiver {
         self.loss_window(now);
     }
 
-    /// Once per smoothed RTT: folds the share of responses that saw loss (stalls on a lossy
-    /// port count as such) into `alpha`, DCTCP's estimate, and shrinks the budget by
-    /// `alpha / 2` if any did.
+    /// Once per smoothed RTT: folds the share of responses that saw loss (stalls in slow
+    /// start or on a lossy port count as such) into `alpha`, DCTCP's estimate, and shrinks
+    /// the budget by `alpha / 2` if any did.
     fn loss_window(&mut self, now: Instant) {
         let span = self.srtt.unwrap_or(Duration::from_micros(100));
         let start = *self.loss_window_start.get_or_insert(now);
@@ -2147,8 +2148,8 @@ impl Receiver {
 
     /// Whether a server reported loss within [`LOSSY_PORT_WINDOW`] of `now`: stalls on this
     /// port are then most likely lost tails that only the servers' RTOs would repair (see
-    /// "Stalls on a lossy port" in the module docs), and count as loss. Transports use it to reset a connection
-    /// that owes only cancelled responses before its server's RTO fires.
+    /// "Stalls on a lossy port" in the module docs), and count as loss. Transports use it to
+    /// reset a connection that owes only cancelled responses before its server's RTO fires.
     pub fn is_lossy(&self, now: Instant) -> bool {
         self.last_loss_report.is_some_and(|t| now < t + LOSSY_PORT_WINDOW)
     }
@@ -2467,18 +2468,18 @@ impl Receiver {
         } else if let Some(s) = verdicts.won {
             self.timeout_scale = self.timeout_scale.min((s / 2).max(1));
         }
-        if stalls > 0 && !self.slow_start && !self.is_lossy(now) {
-            // No server reported loss lately: the stall is the host's (its CPU, a slow
-            // server), not the port's buffer (see "Stalls count where loss is reported").
-            // In slow start it still counts: the budget has not met the port yet, and the
-            // stall may be the first overflow's lost tail.
-            self.stats.quiet_stalls += stalls;
-        } else if stalls > 0 {
-            // A stall is a response that saw loss (or worse) for the loss share.
+        if stalls > 0 && (self.slow_start || self.is_lossy(now)) {
+            // A stall is a response that saw loss (or worse) for the loss share: in slow
+            // start (the budget has not met the port yet, and the stall may be the first
+            // overflow's lost tail) and while servers report loss.
             self.stats.stall_decreases += stalls;
             self.ends += stalls;
             self.lossy += stalls;
             self.loss_window(now);
+        } else {
+            // Otherwise the stall is the host's (its CPU, a slow server), not the port's
+            // buffer (see "Stalls count where loss is reported").
+            self.stats.quiet_stalls += stalls;
         }
         if done > 0 && (self.slow_start || self.hold_until.is_none_or(|t| now >= t)) {
             self.grow(now, done);
