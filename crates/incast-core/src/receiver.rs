@@ -551,9 +551,10 @@
 //! 4 KiB fragments up by 0.7-4.1 points; the 1 Gbit/s grid of 18 rows 97.3% against
 //! 96.6%, 17 rows at 95% against 13; 200 Mbit/s behind an 8 KiB port and 100 Mbit/s beside
 //! bulk flows the same (the port is lossy there); loopback 0.92-1.08 and 0.85-1.11 of
-//! `naive` against 0.79-1.22, and no cell's budget under its fragment. Without the slow
-//! start exception a first version had 6 host RTOs in one warm-up at 200 Mbit/s behind
-//! 8 KiB, where the builds before had none.
+//! `naive` against 0.80-1.78, 0.87-1.14 and 0.79-1.22 for the build before, and no cell's
+//! budget under its fragment (in four more runs 0.54-1.62, the host's swings; see the
+//! measurements). Without the slow start exception a first version had 6 host RTOs in
+//! one warm-up at 200 Mbit/s behind 8 KiB, where the builds before had none.
 //!
 //! # Spreading a small budget on a lossy port
 //!
