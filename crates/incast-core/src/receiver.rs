@@ -675,10 +675,11 @@
 //! # A silent server
 //!
 //! A server that freezes (a stopped process, a dead host whose connection has not reset)
-//! leaves its grants outstanding, its stalls shrink the budget below what those grants hold,
-//! and every other read of the port then waited behind them until the frozen read's
-//! deadline (measured: a healthy 1 MiB read waited the whole 20 s deadline of a read on a
-//! frozen loopback server; `loopback::a_read_on_a_frozen_server_does_not_starve_the_clients_other_reads`).
+//! leaves its grants outstanding, its stalls (in slow start or on a lossy port) shrink the
+//! budget below what those grants hold, and every other read of the port then waited behind
+//! them until the frozen read's deadline (measured: a healthy 1 MiB read waited the whole
+//! 20 s deadline of a read on a frozen loopback server;
+//! `loopback::a_read_on_a_frozen_server_does_not_starve_the_clients_other_reads`).
 //!
 //! The rule: when the *port* has seen no byte and issued no grant of new bytes for
 //! [`PORT_SILENCE`] (250 ms) while bytes are outstanding, every read's outstanding bytes
@@ -708,8 +709,8 @@
 //! 2. a grant of new bytes was issued only when it fitted the budget (or nothing was
 //!    outstanding) and the sender cap (or it went to a server with grants of its read, or no
 //!    sender was live). Re-requests (hedges, drawn from the hedge bucket, and retries after
-//!    failures) replace bytes the port had admitted and go first regardless: a stall halves
-//!    the budget, and the hedge of that very stall must not wait behind it;
+//!    failures) replace bytes the port had admitted and go first regardless: a stall may
+//!    halve the budget, and the hedge of that very stall must not wait behind it;
 //! 3. the order set holds exactly the live reads, each under its current key;
 //! 4. every read's scheduler holds its own invariants;
 //! 5. the budget is within its ceiling and the lowest its floor goes.
