@@ -634,6 +634,13 @@ struct SweepArgs {
     /// Running servers (`incast-bench serve --store mem`), comma-separated.
     #[arg(long, value_delimiter = ',')]
     servers: Vec<SocketAddr>,
+    /// Run each configuration's strategies this many times, in alternating order (A B, then
+    /// B A), each round with its own warm-up and an equal share of --blocks, --min-time and
+    /// --max-time, so that a slow second of the machine lands on every strategy alike. Every
+    /// round is a row; a summary after the table pools them and gives each strategy's ratio
+    /// to `naive` (or to the first strategy). 1 to 16.
+    #[arg(long, default_value_t = 1)]
+    rounds: u32,
     #[command(flatten)]
     link: LinkArgs,
     #[command(flatten)]
@@ -897,6 +904,7 @@ impl Common {
             quic_ca: self.quic_ca.clone(),
             quic_server_name: self.quic_server_name.clone(),
             quic_gso: self.quic_gso,
+            rounds: 1,
         })
     }
 }
@@ -910,6 +918,7 @@ fn finish(
 ) -> Result<(), CliError> {
     let mut header = output::Header::new(network, testbed, c.blocks, c.warmup, c.min_time);
     header.set_line_rate(r.line_rate_mbps);
+    header.rounds = r.results.iter().map(|m| m.round + 1).max().unwrap_or(1);
     if let Some(p) = &c.json {
         output::write_json(p, &header, &r.results)?;
         eprintln!("wrote {}", p.display());
@@ -928,13 +937,16 @@ fn finish(
 fn run_sweep(a: &SweepArgs) -> Result<(), CliError> {
     // The port's rate for `hinted`: the testbed's, or the user's word for real hosts.
     let rate_hint = (a.testbed || !a.servers.is_empty()).then_some(a.link.rate);
-    let spec = a.common.spec(
-        a.senders.clone(),
-        a.strategies.clone(),
-        a.link.buffer,
-        rate_hint,
-        &a.link.cc,
-    )?;
+    let spec = SweepSpec {
+        rounds: a.rounds,
+        ..a.common.spec(
+            a.senders.clone(),
+            a.strategies.clone(),
+            a.link.buffer,
+            rate_hint,
+            &a.link.cc,
+        )?
+    };
     let (network, tb_config) = if a.testbed {
         let mut config = a.link.testbed(a.senders.iter().copied().max().unwrap_or(1));
         // The bulk senders' own hosts (see `servers`).

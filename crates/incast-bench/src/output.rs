@@ -38,6 +38,9 @@ pub struct Header {
     pub warmup: u32,
     /// Shortest measurement per configuration, seconds (reads go on past `blocks` until then).
     pub min_time_s: f64,
+    /// Rounds per configuration (a sweep's `--rounds`; each round reads its share of
+    /// `blocks` and `min_time_s`).
+    pub rounds: u32,
     /// Line rate measured with one sender streaming, Mbit/s: the calibration of the run.
     pub line_rate_mbps: f64,
     /// Testbed: the most TCP payload the port can carry, Mbit/s (rate x 1448 / 1514).
@@ -66,6 +69,7 @@ impl Header {
             blocks,
             warmup,
             min_time_s: min_time.as_secs_f64(),
+            rounds: 1,
             line_rate_mbps: 0.0,
             started_unix: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -131,7 +135,7 @@ const CSV_FIELDS: &str =
     "strategy,layout,senders,sru_bytes,block_bytes,blocks,failed_blocks,goodput_mbps,line_rate_mbps,\
 line_rate_fraction,ideal_ms,p50_ms,p99_ms,max_ms,p99_over_ideal,kernel_rtos,blocks_with_rto,rto_free_fraction,\
 blocks_over_100ms,retransmits,hedges,grants,switch_drops,host_rtos,cc,buffer_bytes,rate_bps,elapsed_s,quic_requests,\
-quic_loss_events,quic_lost_packets,cpu_s_per_gib,concurrency,mean_ms,background_flows,background_mbps,machine_cpu_busy,hedges_won,hedges_spurious,budget_min,budget_max,delay_samples,delay_mean_us,delay_max_us,admission_wait_ms,batch,transfer_ms,hedges_denied,escalations,connections_reset,late_grants,host_syn_ack_retransmits,host_handshakes,host_rtos_warmup,host_handshakes_warmup,connections_drained,drains_reset,late_rtos,warmup_rtos_reported_late,client_rtos,client_rtos_warmup";
+quic_loss_events,quic_lost_packets,cpu_s_per_gib,concurrency,mean_ms,background_flows,background_mbps,machine_cpu_busy,hedges_won,hedges_spurious,budget_min,budget_max,delay_samples,delay_mean_us,delay_max_us,admission_wait_ms,batch,transfer_ms,hedges_denied,escalations,connections_reset,late_grants,host_syn_ack_retransmits,host_handshakes,host_rtos_warmup,host_handshakes_warmup,connections_drained,drains_reset,late_rtos,warmup_rtos_reported_late,client_rtos,client_rtos_warmup,round";
 
 /// Writes one CSV row per result (the histogram stays in the JSON).
 pub fn write_csv(path: &Path, results: &[Measurement]) -> Result<(), WriteError> {
@@ -142,7 +146,7 @@ pub fn write_csv(path: &Path, results: &[Measurement]) -> Result<(), WriteError>
     for m in results {
         writeln!(
             w,
-            "{},{},{},{},{},{},{},{:.1},{:.1},{:.4},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{:.4},{},{},{},{},{},{},{},{},{},{:.3},{},{},{},{:.3},{},{:.3},{},{:.1},{:.3},{},{},{},{},{},{:.1},{:.1},{:.3},{},{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{:.1},{:.1},{:.4},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{:.4},{},{},{},{},{},{},{},{},{},{:.3},{},{},{},{:.3},{},{:.3},{},{:.1},{:.3},{},{},{},{},{},{:.1},{:.1},{:.3},{},{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             m.strategy,
             m.layout,
             m.senders,
@@ -203,7 +207,8 @@ pub fn write_csv(path: &Path, results: &[Measurement]) -> Result<(), WriteError>
             m.late_rtos,
             m.warmup_rtos_reported_late,
             opt(m.client_rtos),
-            opt(m.client_rtos_warmup)
+            opt(m.client_rtos_warmup),
+            m.round
         )
         .map_err(&e)?;
     }

@@ -14,7 +14,7 @@ use std::io::Write as _;
 use std::path::Path;
 
 use crate::output::WriteError;
-use crate::run::Measurement;
+use crate::run::{pooled_goodput, Measurement};
 
 const PANEL_W: f64 = 420.0;
 const PANEL_H: f64 = 300.0;
@@ -228,12 +228,18 @@ pub fn scene(results: &[Measurement], title: &str) -> Scene {
             out.push(label((x1 - 4.0, ys(rate) - 4.0), "line rate".into(), -1));
         }
         for (si, st) in strategies.iter().enumerate() {
-            let mut pts: Vec<(f64, f64)> = ms
+            // One point per sender count: a sweep in rounds has a row per round, pooled
+            // here as bytes over time.
+            let mut ns: Vec<usize> = ms.iter().filter(|m| series(m) == *st).map(|m| m.senders).collect();
+            ns.sort_unstable();
+            ns.dedup();
+            let pts: Vec<(f64, f64)> = ns
                 .iter()
-                .filter(|m| series(m) == *st)
-                .map(|m| (xs(m.senders), ys(m.goodput_mbps)))
+                .map(|&n| {
+                    let rows = ms.iter().copied().filter(|m| series(m) == *st && m.senders == n);
+                    (xs(n), ys(pooled_goodput(rows)))
+                })
                 .collect();
-            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
             polyline(&mut out, &pts, COLORS[si % COLORS.len()], true);
         }
     }
@@ -698,6 +704,25 @@ mod tests {
             write(Path::new("/nonexistent/x.gif"), &rs, "t"),
             Err(PlotError::Format(_))
         ));
+    }
+
+    #[test]
+    fn rounds_of_one_configuration_make_one_point() {
+        let round = |n, g, round, elapsed_s| Measurement {
+            round,
+            elapsed_s,
+            ..m("naive", n, 32768, g)
+        };
+        // 800 Mbit/s for 1 s and 200 for 3 s pool to 350.
+        let rs = [
+            round(4, 800.0, 0, 1.0),
+            round(4, 200.0, 1, 3.0),
+            round(16, 90.0, 0, 1.0),
+        ];
+        let sc = scene(&rs, "t");
+        assert_eq!(svg(&sc).matches("<circle").count(), 2);
+        let alone = scene(&[round(4, 350.0, 0, 1.0), round(16, 90.0, 0, 1.0)], "t");
+        assert_eq!(svg(&sc), svg(&alone));
     }
 
     #[test]

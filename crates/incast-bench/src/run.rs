@@ -147,6 +147,10 @@ pub struct RunSpec {
 pub struct Measurement {
     /// Strategy name.
     pub strategy: String,
+    /// Round of its configuration, from 0 (a sweep in rounds runs each strategy of a
+    /// configuration several times, alternating; see the `sweep` module's *Rounds*). 0 when
+    /// the sweep ran one.
+    pub round: u32,
     /// Senders.
     pub senders: usize,
     /// The layout: "SRU 32KiB" (fixed server request unit) or "block 1MiB" (fixed block).
@@ -373,13 +377,52 @@ pub enum RunError {
     },
 }
 
-/// Who reads: the library's client under a policy, or the reference blocking client.
-enum Reader {
+/// Who reads: the library's client under a policy, or the reference blocking client. A
+/// sweep in rounds keeps one per strategy for every round of a configuration, as a service
+/// keeps its client: what the client-wide receiver learnt in one round (the port's rate, its
+/// base RTT, the budget) carries into the next, and only the first round pays for learning
+/// it.
+pub enum Reader {
     Library(Arc<Client>, incast_core::Policy),
     Blocking(Arc<BlockingClient>),
 }
 
 impl Reader {
+    /// The reader `spec` asks for, over the servers it uses.
+    pub fn new(servers: &[(ServerId, SocketAddr)], spec: &RunSpec) -> Result<Self, RunError> {
+        let used = used_servers(servers, spec)?;
+        if spec.strategy == Strategy::Blocking {
+            return Ok(Reader::Blocking(Arc::new(BlockingClient::new(used, spec.read_timeout))));
+        }
+        let (policy, config) = spec
+            .strategy
+            .plan(
+                spec.senders,
+                spec.buffer_hint,
+                spec.rate_hint,
+                spec.read_timeout,
+                &spec.cc,
+                spec.quic.as_ref(),
+                spec.tls.as_ref(),
+            )
+            .map_err(|why| RunError::Plan {
+                strategy: spec.strategy,
+                why,
+            })?;
+        Ok(Reader::Library(
+            Arc::new(Client::with_config(used.iter().copied(), config)),
+            policy,
+        ))
+    }
+
+    /// The client-wide receiver's counters so far (`None`: no port, or the blocking client).
+    fn port_stats(&self) -> Option<incast_core::receiver::ReceiverStats> {
+        match self {
+            Reader::Library(c, _) => c.port_stats(),
+            Reader::Blocking(_) => None,
+        }
+    }
+
     async fn read(&self, s: Stripe) -> Result<(Vec<u8>, Option<incast_rpc::ReadReport>), String> {
         match self {
             Reader::Library(c, p) => c
@@ -399,15 +442,12 @@ impl Reader {
     }
 }
 
-/// Reads blocks as `spec` says. `on_warm` is called once, after the warm-up and before the
-/// first measured read. `on_block` is called after each measured read, and with the number
-/// of skipped reads when the time limit ends the run early.
-pub async fn measure(
-    servers: &[(ServerId, SocketAddr)],
+/// The servers a configuration reads from: `senders` per read, a set per concurrent read
+/// while there are enough.
+fn used_servers<'a>(
+    servers: &'a [(ServerId, SocketAddr)],
     spec: &RunSpec,
-    on_warm: impl FnOnce(),
-    mut on_block: impl FnMut(u64),
-) -> Result<Measurement, RunError> {
+) -> Result<&'a [(ServerId, SocketAddr)], RunError> {
     if spec.senders == 0 || spec.senders > servers.len() {
         return Err(RunError::NotEnoughServers {
             senders: spec.senders,
@@ -415,29 +455,38 @@ pub async fn measure(
         });
     }
     let r = spec.concurrency.max(1);
-    let used = &servers[..servers.len().min(spec.senders.saturating_mul(r))];
-    let ids: Vec<ServerId> = used.iter().map(|(id, _)| *id).collect();
+    Ok(&servers[..servers.len().min(spec.senders.saturating_mul(r))])
+}
+
+/// Reads blocks as `spec` says, with `reader` if given (see [`Reader`]; it must have been
+/// made for the same servers and `spec`), else with a reader of its own. `on_warm` is called
+/// once, after the warm-up and before the first measured read. `on_block` is called after
+/// each measured read, and with the number of skipped reads when the time limit ends the run
+/// early.
+pub async fn measure(
+    servers: &[(ServerId, SocketAddr)],
+    spec: &RunSpec,
+    reader: Option<&Reader>,
+    on_warm: impl FnOnce(),
+    mut on_block: impl FnMut(u64),
+) -> Result<Measurement, RunError> {
+    let r = spec.concurrency.max(1);
+    let ids: Vec<ServerId> = used_servers(servers, spec)?.iter().map(|(id, _)| *id).collect();
+    let own;
+    let reader = match reader {
+        Some(r) => r,
+        None => {
+            own = Reader::new(servers, spec)?;
+            &own
+        }
+    };
     let plan_error = |why| RunError::Plan {
         strategy: spec.strategy,
         why,
     };
-    let reader = if spec.strategy == Strategy::Blocking {
-        Reader::Blocking(Arc::new(BlockingClient::new(used, spec.read_timeout)))
-    } else {
-        let (policy, config) = spec
-            .strategy
-            .plan(
-                spec.senders,
-                spec.buffer_hint,
-                spec.rate_hint,
-                spec.read_timeout,
-                &spec.cc,
-                spec.quic.as_ref(),
-                spec.tls.as_ref(),
-            )
-            .map_err(plan_error)?;
-        Reader::Library(Arc::new(Client::with_config(used.iter().copied(), config)), policy)
-    };
+    // The receiver's counters are the client's since it was made: a reader kept from an
+    // earlier round has counted that round's too.
+    let port_before = reader.port_stats().unwrap_or_default();
     let corrupt = |source| RunError::Corrupt {
         strategy: spec.strategy,
         senders: spec.senders,
@@ -501,7 +550,7 @@ pub async fn measure(
         }
         Reader::Blocking(_) => (0, 0),
     };
-    let drains_before = drains(&reader);
+    let drains_before = drains(reader);
     let hist = RefCell::new(Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds"));
     let m = RefCell::new(Measurement {
         strategy: spec.strategy.name().to_owned(),
@@ -615,19 +664,22 @@ pub async fn measure(
         .await;
     }
     let elapsed = start.elapsed();
-    if let Reader::Library(c, _) = &reader {
-        if let Some(p) = c.port_stats() {
-            let mut m = m.borrow_mut();
-            m.budget_decreases = [p.delay_decreases, p.loss_decreases, p.stall_decreases];
-            m.quiet_stalls = p.quiet_stalls;
-            m.stuck_discounts = p.stuck_discounts;
-            m.competing_entries = p.competing_entries;
-            m.delay_holds = p.delay_holds;
-            m.learnt_target_us = p.learnt_target.map_or(0.0, |d| d.as_secs_f64() * 1e6);
-            m.base_rtt_us = p.base_rtt.map_or(0.0, |d| d.as_secs_f64() * 1e6);
-            m.port_rate_mbps = p.link_rate_bytes_per_sec.map_or(0.0, |r| r * 8.0 / 1e6);
-            m.counter_samples = p.counter_samples;
-        }
+    if let Some(p) = reader.port_stats() {
+        let b = &port_before;
+        let mut m = m.borrow_mut();
+        m.budget_decreases = [
+            p.delay_decreases.saturating_sub(b.delay_decreases),
+            p.loss_decreases.saturating_sub(b.loss_decreases),
+            p.stall_decreases.saturating_sub(b.stall_decreases),
+        ];
+        m.quiet_stalls = p.quiet_stalls.saturating_sub(b.quiet_stalls);
+        m.stuck_discounts = p.stuck_discounts.saturating_sub(b.stuck_discounts);
+        m.competing_entries = p.competing_entries.saturating_sub(b.competing_entries);
+        m.delay_holds = p.delay_holds.saturating_sub(b.delay_holds);
+        m.learnt_target_us = p.learnt_target.map_or(0.0, |d| d.as_secs_f64() * 1e6);
+        m.base_rtt_us = p.base_rtt.map_or(0.0, |d| d.as_secs_f64() * 1e6);
+        m.port_rate_mbps = p.link_rate_bytes_per_sec.map_or(0.0, |r| r * 8.0 / 1e6);
+        m.counter_samples = p.counter_samples.saturating_sub(b.counter_samples);
     }
     let bulk = background.bytes().saturating_sub(bulk_before);
     drop(background);
@@ -637,7 +689,7 @@ pub async fn measure(
     m.retransmits += rtos.late_retransmits;
     m.warmup_rtos_reported_late = rtos.warmup;
     m.blocks_with_rto = rtos.reads_with_rto;
-    let drains_after = drains(&reader);
+    let drains_after = drains(reader);
     m.connections_drained = drains_after.0.saturating_sub(drains_before.0);
     m.drains_reset = drains_after.1.saturating_sub(drains_before.1);
     if m.blocks < spec.blocks {
@@ -680,6 +732,24 @@ pub async fn measure(
     };
     m.histogram = encode_histogram(&hist);
     Ok(m)
+}
+
+/// Goodput of several measurements of one strategy and configuration (the rounds of a
+/// sweep in rounds) taken together: their bytes over their measured time, Mbit/s. A
+/// measurement without a measured time (a failed configuration) weighs as one second. 0
+/// when there are none.
+pub fn pooled_goodput<'a>(ms: impl IntoIterator<Item = &'a Measurement>) -> f64 {
+    let (mut bits, mut time) = (0.0, 0.0);
+    for m in ms {
+        let t = if m.elapsed_s > 0.0 { m.elapsed_s } else { 1.0 };
+        bits += m.goodput_mbps * t;
+        time += t;
+    }
+    if time > 0.0 {
+        bits / time
+    } else {
+        0.0
+    }
 }
 
 /// The kernel RTOs of a configuration's measured reads, each counted for the read it

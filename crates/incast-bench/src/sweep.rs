@@ -1,9 +1,26 @@
 //! Many configurations and strategies, side by side, in one run.
 //!
-//! The loop is layout → senders → concurrency → strategy, so the strategies of one
+//! The loop is layout → senders → concurrency → round → strategy, so the strategies of one
 //! configuration run back to back and a noisy machine disturbs them alike. Before the sweep,
 //! the line rate is measured with one sender streaming 4 MiB blocks (the better of `naive`
 //! and `default`, no background flows), and every result is expressed against it.
+//!
+//! # Rounds
+//!
+//! Back to back is not always alike enough. On loopback a configuration's strategy reads for
+//! about a second, both cores busy, and the 2-core VM has slow spells of a quarter to a
+//! whole second in which every strategy's cost per byte doubles: `naive` alone, in 8 rounds
+//! of 250 ms, read 8 Gbit/s in one and 11-17 in the others. One run of must-show 4 gave
+//! `default` 0.54 of `naive` in one cell and another 1.62 (docs/measurements.md,
+//! *Thirty-fourth session*). With [`SweepSpec::rounds`] above 1, each configuration runs
+//! its strategies that many times in alternating order (A B, then B A, ...), each round with
+//! its own warm-up and an equal share of `--blocks`, `--min-time` and `--max-time`, so a slow
+//! spell lands on both sides. A strategy keeps its client over the rounds of a
+//! configuration, as a service keeps its client, so only its first round pays for the
+//! client-wide receiver's learning of the path (its rate, base RTT and budget); a client
+//! made anew per round would measure that start R times over. Every round is a row of its
+//! own ([`Measurement::round`]); [`round_summary`] pools them per strategy and pairs them
+//! round by round against `naive` (docs/measurements.md, *Thirty-fifth session*).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,7 +33,7 @@ use incast_rpc::tls::{TlsClientConfig, TlsServerConfig};
 use incast_rpc::{ServerConfig, SocketTuning};
 
 use crate::output::{table_header, table_row};
-use crate::run::{measure, Layout, Measurement, RunError, RunSpec};
+use crate::run::{measure, pooled_goodput, Layout, Measurement, Reader, RunError, RunSpec};
 use crate::servers::ServerSet;
 use crate::strategy::{Strategy, ROUTE_RTO_MIN};
 use crate::testbed::{host_addr, Testbed, TestbedError};
@@ -109,6 +126,93 @@ pub struct SweepSpec {
     pub quic_server_name: Option<String>,
     /// Servers started here: most datagrams per UDP GSO send.
     pub quic_gso: usize,
+    /// Rounds per configuration (see *Rounds*): 1 to [`MAX_ROUNDS`]; 1 runs each strategy
+    /// once, as before.
+    pub rounds: u32,
+}
+
+/// Most rounds per configuration: each round repeats the warm-up, and 16 already split a
+/// second of `--min-time` into 60 ms pieces.
+pub const MAX_ROUNDS: u32 = 16;
+
+/// The strategy a configuration's others are compared with in [`round_summary`]: `naive` if
+/// the sweep ran it, else the first one it ran.
+fn reference_strategy(names: &[&str]) -> Option<usize> {
+    names
+        .iter()
+        .position(|s| *s == "naive")
+        .or_else(|| (!names.is_empty()).then_some(0))
+}
+
+/// One line per configuration and strategy of a sweep run in rounds: its goodput over all
+/// rounds (bytes over measured time), and its ratio to the reference strategy
+/// ([`reference_strategy`]) over all rounds, with the median, least and most of the ratios
+/// of the rounds paired one by one. The median is the estimate a slow second moves least:
+/// on the 2-core VM the machine's cost per byte doubled for a quarter to a whole second
+/// now and then, for whichever strategy ran (`naive` alone, 8 rounds of 250 ms: 8 and
+/// 11-17 Gbit/s), and one such round moves the pooled ratio of 4 by up to a quarter.
+/// Empty when every configuration ran one round.
+pub fn round_summary(results: &[Measurement]) -> Vec<String> {
+    if results.iter().all(|m| m.round == 0) {
+        return Vec::new();
+    }
+    // Configurations in first-seen order, each with its strategies in first-seen order.
+    type Rounds<'a> = Vec<(&'a str, Vec<&'a Measurement>)>;
+    let mut configs: Vec<((&str, usize, usize), Rounds)> = Vec::new();
+    for m in results {
+        let key = (m.layout.as_str(), m.senders, m.concurrency);
+        let i = match configs.iter().position(|(k, _)| *k == key) {
+            Some(i) => i,
+            None => {
+                configs.push((key, Vec::new()));
+                configs.len() - 1
+            }
+        };
+        let strategies = &mut configs[i].1;
+        match strategies.iter_mut().find(|(s, _)| *s == m.strategy) {
+            Some((_, v)) => v.push(m),
+            None => strategies.push((m.strategy.as_str(), vec![m])),
+        }
+    }
+    let mut out = Vec::new();
+    for ((layout, n, r), strategies) in &configs {
+        let names: Vec<&str> = strategies.iter().map(|(s, _)| *s).collect();
+        let Some(reference) = reference_strategy(&names) else {
+            continue;
+        };
+        let (ref_name, ref_rounds) = &strategies[reference];
+        let ref_mbps = pooled_goodput(ref_rounds.iter().copied());
+        for (name, rounds) in strategies {
+            let mbps = pooled_goodput(rounds.iter().copied());
+            let mut line = format!(
+                "over {} rounds, N={n} R={r} {layout}: {name} {mbps:.1} Mbit/s",
+                rounds.len()
+            );
+            if name != ref_name && ref_mbps > 0.0 {
+                // Per-round ratios, pairing each round with the reference's same round.
+                let mut ratios: Vec<f64> = rounds
+                    .iter()
+                    .filter_map(|m| {
+                        let other = ref_rounds.iter().find(|o| o.round == m.round)?;
+                        (other.goodput_mbps > 0.0).then(|| m.goodput_mbps / other.goodput_mbps)
+                    })
+                    .collect();
+                ratios.sort_by(f64::total_cmp);
+                line += &format!(", {:.2} of {ref_name}", mbps / ref_mbps);
+                if let (Some(lo), Some(hi)) = (ratios.first(), ratios.last()) {
+                    let mid = ratios.len() / 2;
+                    let median = if ratios.len() % 2 == 1 {
+                        ratios[mid]
+                    } else {
+                        (ratios[mid - 1] + ratios[mid]) / 2.0
+                    };
+                    line += &format!(" (per round: median {median:.2}, {lo:.2}-{hi:.2})");
+                }
+            }
+            out.push(line);
+        }
+    }
+    out
 }
 
 /// Where each strategy's goodput collapsed: the first sender count from which every wider
@@ -179,6 +283,7 @@ fn measure_one(
     rt: &tokio::runtime::Runtime,
     addrs: &[(ServerId, SocketAddr)],
     run: &RunSpec,
+    reader: Option<&Reader>,
     (testbed, bulk_rtos): (Option<&Testbed>, Option<&AtomicU64>),
     on_block: impl FnMut(u64),
 ) -> Result<Measurement, SweepError> {
@@ -193,7 +298,7 @@ fn measure_one(
     // The hosts' counters when the warm-up ends (an error there only loses the split).
     let warm = std::cell::Cell::new(None);
     let on_warm = || warm.set(testbed.and_then(|tb| tb.host_counters().ok()).map(|h| (h, bulk_rtos())));
-    let r = rt.block_on(measure(addrs, run, on_warm, on_block));
+    let r = rt.block_on(measure(addrs, run, reader, on_warm, on_block));
     if testbed.is_some() {
         // A connection abandoned after a hedge takes its RTO up to a minimum RTO later. The
         // wait runs on the runtime, as a service's would: the client's drains of connections
@@ -263,7 +368,7 @@ pub enum SweepError {
 pub struct SweepResult {
     /// Line rate, Mbit/s.
     pub line_rate_mbps: f64,
-    /// One per (layout, senders, strategy).
+    /// One per (layout, senders, concurrency, strategy, round).
     pub results: Vec<Measurement>,
 }
 
@@ -278,6 +383,12 @@ pub fn run(spec: SweepSpec, network: Network) -> Result<SweepResult, SweepError>
         return Err(SweepError::Invalid(
             "nothing to run: give senders, a layout, strategies and at least one block".into(),
         ));
+    }
+    if !(1..=MAX_ROUNDS).contains(&spec.rounds) {
+        return Err(SweepError::Invalid(format!(
+            "rounds must be 1 to {MAX_ROUNDS}, not {}",
+            spec.rounds
+        )));
     }
     if let Some(s) = spec.strategies.iter().find(|s| s.testbed_only()) {
         if !matches!(network, Network::Testbed(_)) {
@@ -484,7 +595,10 @@ fn client_side(
             .count()
     };
     let configs = spec.layouts.len() * spec.senders.len() * spec.concurrency.iter().map(|r| runs(*r)).sum::<usize>();
-    let total = configs as u64 * u64::from(spec.blocks);
+    // Each round reads its share of the blocks and of the time (see *Rounds*).
+    let rounds = spec.rounds;
+    let round_blocks = spec.blocks.div_ceil(rounds);
+    let total = configs as u64 * u64::from(round_blocks) * u64::from(rounds);
     let bar = if spec.quiet {
         indicatif::ProgressBar::hidden()
     } else {
@@ -537,7 +651,7 @@ fn client_side(
                 min_time: Duration::ZERO,
                 ..base(st, 1, Layout::Block(LINE_RATE_BLOCK), 1)
             };
-            let m = rt.block_on(measure(&addrs, &probe, || {}, |_| {}))?;
+            let m = rt.block_on(measure(&addrs, &probe, None, || {}, |_| {}))?;
             line_rate = line_rate.max(m.goodput_mbps);
         }
     }
@@ -559,37 +673,70 @@ fn client_side(
     for &layout in &spec.layouts {
         for &n in &spec.senders {
             for &r in &spec.concurrency {
-                for &st in spec.strategies.iter().filter(|s| r == 1 || **s != Strategy::Blocking) {
-                    bar.set_message(format!("{st} N={n} R={r} {layout}"));
-                    let run = RunSpec {
-                        background: bulk.clone(),
-                        ..base(st, n, layout, r)
+                let strategies: Vec<Strategy> = spec
+                    .strategies
+                    .iter()
+                    .copied()
+                    .filter(|s| r == 1 || *s != Strategy::Blocking)
+                    .collect();
+                // One reader per strategy for all rounds of the configuration (see *Rounds*).
+                let mut readers: Vec<Option<Reader>> = strategies.iter().map(|_| None).collect();
+                for round in 0..rounds {
+                    // A B, then B A: neither strategy always runs first after the warm-up.
+                    let order: Vec<usize> = if round % 2 == 0 {
+                        (0..strategies.len()).collect()
+                    } else {
+                        (0..strategies.len()).rev().collect()
                     };
-                    let servers = match &tls_addrs {
-                        Some(a) if st.uses_tls() => a,
-                        _ => &addrs,
-                    };
-                    let mut m = match measure_one(&rt, servers, &run, (testbed.as_deref(), bulk_rtos.as_deref()), |k| {
-                        bar.inc(k)
-                    }) {
-                        Ok(m) => m,
-                        // A configuration the machine cannot set up (out of descriptors, a
-                        // server that never answers) is a failed row, not the end of the sweep.
-                        Err(SweepError::Run(e @ RunError::Warmup { .. })) => {
-                            bar.inc(u64::from(run.blocks));
-                            failed_row(&run, e.to_string())
+                    for i in order {
+                        let st = strategies[i];
+                        let name = if rounds > 1 {
+                            format!("{st} N={n} R={r} {layout} round {}/{rounds}", round + 1)
+                        } else {
+                            format!("{st} N={n} R={r} {layout}")
+                        };
+                        bar.set_message(name);
+                        let run = RunSpec {
+                            background: bulk.clone(),
+                            blocks: round_blocks,
+                            min_time: spec.min_time / rounds,
+                            max_time: spec.max_time / rounds,
+                            ..base(st, n, layout, r)
+                        };
+                        let servers = match &tls_addrs {
+                            Some(a) if st.uses_tls() => a,
+                            _ => &addrs,
+                        };
+                        if rounds > 1 && readers[i].is_none() {
+                            readers[i] = Some(Reader::new(servers, &run)?);
                         }
-                        Err(e) => return Err(e),
-                    };
-                    m.set_line_rate(line_rate);
-                    let row = table_row(&m);
-                    bar.suspend(|| outln!("{row}"));
-                    results.push(m);
+                        let progress = |k| bar.inc(k);
+                        let hosts = (testbed.as_deref(), bulk_rtos.as_deref());
+                        let mut m = match measure_one(&rt, servers, &run, readers[i].as_ref(), hosts, progress) {
+                            Ok(m) => m,
+                            // A configuration the machine cannot set up (out of descriptors, a
+                            // server that never answers) is a failed row, not the end of the
+                            // sweep.
+                            Err(SweepError::Run(e @ RunError::Warmup { .. })) => {
+                                bar.inc(u64::from(run.blocks));
+                                failed_row(&run, e.to_string())
+                            }
+                            Err(e) => return Err(e),
+                        };
+                        m.set_line_rate(line_rate);
+                        m.round = round;
+                        let row = table_row(&m);
+                        bar.suspend(|| outln!("{row}"));
+                        results.push(m);
+                    }
                 }
             }
         }
     }
     bar.finish_and_clear();
+    for line in round_summary(&results) {
+        outln!("{line}");
+    }
     if let Some(tb) = &testbed {
         for line in onsets(&results, tb.config()) {
             bar.suspend(|| outln!("{line}"));
@@ -626,5 +773,94 @@ mod tests {
         assert!(lines[0].contains("model (chen-2012 eq. 3) 3 senders"), "{}", lines[0]);
         let none = onsets(&[row(1, 0.9), row(8, 0.8)], &tb);
         assert!(none[0].contains("none up to 8 senders"), "{}", none[0]);
+    }
+
+    #[test]
+    fn a_sweep_in_rounds_pools_each_strategy_and_pairs_its_rounds() {
+        let row = |strategy: &str, round, mbps, elapsed_s| Measurement {
+            strategy: strategy.into(),
+            round,
+            senders: 16,
+            concurrency: 4,
+            layout: "SRU 256KiB".into(),
+            goodput_mbps: mbps,
+            elapsed_s,
+            ..Measurement::default()
+        };
+        // naive: 1000 Mbit/s for 1 s, then 500 for 1 s (a slow second); default 900, then 600.
+        let rows = [
+            row("default", 0, 900.0, 1.0),
+            row("naive", 0, 1000.0, 1.0),
+            row("naive", 1, 500.0, 1.0),
+            row("default", 1, 600.0, 1.0),
+        ];
+        let lines = round_summary(&rows);
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(
+            lines[0].contains("default 750.0 Mbit/s, 1.00 of naive (per round: median 1.05, 0.90-1.20)"),
+            "{lines:?}"
+        );
+        assert!(
+            lines[1].contains("naive 750.0 Mbit/s") && !lines[1].contains("of naive"),
+            "{lines:?}"
+        );
+        assert!(lines[0].contains("over 2 rounds, N=16 R=4 SRU 256KiB"), "{lines:?}");
+        // Without naive the first strategy is the reference; one round has no summary.
+        let own = [
+            row("default", 0, 900.0, 1.0),
+            row("own-rate", 0, 450.0, 1.0),
+            row("default", 1, 900.0, 1.0),
+            row("own-rate", 1, 900.0, 1.0),
+        ];
+        assert!(round_summary(&own)[1]
+            .contains("own-rate 675.0 Mbit/s, 0.75 of default (per round: median 0.75, 0.50-1.00)"));
+        assert!(round_summary(&rows[..2]).is_empty());
+        // One slow round moves the pooled ratio, not the median.
+        let slow = [
+            row("naive", 0, 1000.0, 1.0),
+            row("default", 0, 900.0, 1.0),
+            row("default", 1, 1000.0, 1.0),
+            row("naive", 1, 1000.0, 1.0),
+            row("naive", 2, 1000.0, 1.0),
+            row("default", 2, 400.0, 1.0),
+        ];
+        let lines = round_summary(&slow);
+        assert!(
+            lines[1].contains("0.77 of naive (per round: median 0.90, 0.40-1.00)"),
+            "{lines:?}"
+        );
+    }
+
+    #[test]
+    fn rounds_out_of_range_are_refused_before_anything_starts() {
+        for rounds in [0, MAX_ROUNDS + 1] {
+            let spec = SweepSpec {
+                senders: vec![1],
+                concurrency: vec![1],
+                background: 0,
+                batch: false,
+                layouts: vec![Layout::Sru(1024)],
+                strategies: vec![Strategy::Naive],
+                blocks: 1,
+                warmup: 0,
+                max_time: Duration::from_secs(1),
+                min_time: Duration::ZERO,
+                read_timeout: Duration::from_secs(1),
+                buffer_hint: 32 << 10,
+                rate_hint: None,
+                cc: "cubic".into(),
+                quiet: true,
+                quic_ca: None,
+                quic_server_name: None,
+                quic_gso: 1,
+                rounds,
+            };
+            // Hosts that do not exist: the check must come before any connection.
+            let e = run(spec, Network::Hosts(Vec::new())).unwrap_err();
+            assert!(
+                matches!(&e, SweepError::Invalid(m) if m.contains("rounds must be 1 to 16")),
+                "{e}"
+            );
+        }
     }
 }
