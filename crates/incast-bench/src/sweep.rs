@@ -670,66 +670,67 @@ fn client_side(
     }
     bar.suspend(|| outln!("{}", table_header()));
     let mut results = Vec::with_capacity(configs);
-    for &layout in &spec.layouts {
-        for &n in &spec.senders {
-            for &r in &spec.concurrency {
-                let strategies: Vec<Strategy> = spec
-                    .strategies
-                    .iter()
-                    .copied()
-                    .filter(|s| r == 1 || *s != Strategy::Blocking)
-                    .collect();
-                // One reader per strategy for all rounds of the configuration (see *Rounds*).
-                let mut readers: Vec<Option<Reader>> = strategies.iter().map(|_| None).collect();
-                for round in 0..rounds {
-                    // A B, then B A: neither strategy always runs first after the warm-up.
-                    let order: Vec<usize> = if round % 2 == 0 {
-                        (0..strategies.len()).collect()
-                    } else {
-                        (0..strategies.len()).rev().collect()
-                    };
-                    for i in order {
-                        let st = strategies[i];
-                        let name = if rounds > 1 {
-                            format!("{st} N={n} R={r} {layout} round {}/{rounds}", round + 1)
-                        } else {
-                            format!("{st} N={n} R={r} {layout}")
-                        };
-                        bar.set_message(name);
-                        let run = RunSpec {
-                            background: bulk.clone(),
-                            blocks: round_blocks,
-                            min_time: spec.min_time / rounds,
-                            max_time: spec.max_time / rounds,
-                            ..base(st, n, layout, r)
-                        };
-                        let servers = match &tls_addrs {
-                            Some(a) if st.uses_tls() => a,
-                            _ => &addrs,
-                        };
-                        if rounds > 1 && readers[i].is_none() {
-                            readers[i] = Some(Reader::new(servers, &run)?);
-                        }
-                        let progress = |k| bar.inc(k);
-                        let hosts = (testbed.as_deref(), bulk_rtos.as_deref());
-                        let mut m = match measure_one(&rt, servers, &run, readers[i].as_ref(), hosts, progress) {
-                            Ok(m) => m,
-                            // A configuration the machine cannot set up (out of descriptors, a
-                            // server that never answers) is a failed row, not the end of the
-                            // sweep.
-                            Err(SweepError::Run(e @ RunError::Warmup { .. })) => {
-                                bar.inc(u64::from(run.blocks));
-                                failed_row(&run, e.to_string())
-                            }
-                            Err(e) => return Err(e),
-                        };
-                        m.set_line_rate(line_rate);
-                        m.round = round;
-                        let row = table_row(&m);
-                        bar.suspend(|| outln!("{row}"));
-                        results.push(m);
-                    }
+    let (senders, concurrency) = (&spec.senders, &spec.concurrency);
+    let configurations = spec.layouts.iter().flat_map(|&layout| {
+        senders
+            .iter()
+            .flat_map(move |&n| concurrency.iter().map(move |&r| (layout, n, r)))
+    });
+    for (layout, n, r) in configurations {
+        let strategies: Vec<Strategy> = spec
+            .strategies
+            .iter()
+            .copied()
+            .filter(|s| r == 1 || *s != Strategy::Blocking)
+            .collect();
+        // One reader per strategy for all rounds of the configuration (see *Rounds*).
+        let mut readers: Vec<Option<Reader>> = strategies.iter().map(|_| None).collect();
+        for round in 0..rounds {
+            // A B, then B A: neither strategy always runs first after the warm-up.
+            let order: Vec<usize> = if round % 2 == 0 {
+                (0..strategies.len()).collect()
+            } else {
+                (0..strategies.len()).rev().collect()
+            };
+            for i in order {
+                let st = strategies[i];
+                let of_rounds = if rounds > 1 {
+                    format!(" round {}/{rounds}", round + 1)
+                } else {
+                    String::new()
+                };
+                bar.set_message(format!("{st} N={n} R={r} {layout}{of_rounds}"));
+                let run = RunSpec {
+                    background: bulk.clone(),
+                    blocks: round_blocks,
+                    min_time: spec.min_time / rounds,
+                    max_time: spec.max_time / rounds,
+                    ..base(st, n, layout, r)
+                };
+                let servers = match &tls_addrs {
+                    Some(a) if st.uses_tls() => a,
+                    _ => &addrs,
+                };
+                if rounds > 1 && readers[i].is_none() {
+                    readers[i] = Some(Reader::new(servers, &run)?);
                 }
+                let progress = |k| bar.inc(k);
+                let hosts = (testbed.as_deref(), bulk_rtos.as_deref());
+                let mut m = match measure_one(&rt, servers, &run, readers[i].as_ref(), hosts, progress) {
+                    Ok(m) => m,
+                    // A configuration the machine cannot set up (out of descriptors, a server
+                    // that never answers) is a failed row, not the end of the sweep.
+                    Err(SweepError::Run(e @ RunError::Warmup { .. })) => {
+                        bar.inc(u64::from(run.blocks));
+                        failed_row(&run, e.to_string())
+                    }
+                    Err(e) => return Err(e),
+                };
+                m.set_line_rate(line_rate);
+                m.round = round;
+                let row = table_row(&m) + &of_rounds;
+                bar.suspend(|| outln!("{row}"));
+                results.push(m);
             }
         }
     }
