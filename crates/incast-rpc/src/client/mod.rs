@@ -123,6 +123,9 @@ pub struct Client {
     idle: Idle,
     last_tuning: Mutex<Option<String>>,
     reads: AtomicU64,
+    /// The high half of every read's hedging seed: the process id, read once (`getpid` is a
+    /// system call, and it was one per read).
+    seed_base: u64,
     /// RTT estimate carried from read to read (reads alone; the port carries its own).
     rtt: Mutex<Option<RttEstimator>>,
     /// The client-wide receiver, with [`Sharing::Port`].
@@ -160,6 +163,7 @@ impl Client {
             last_tuning: Mutex::new(None),
             rtt: Mutex::new(None),
             reads: AtomicU64::new(0),
+            seed_base: u64::from(std::process::id()) << 32,
             counters: Arc::default(),
         }
     }
@@ -437,7 +441,7 @@ impl Client {
     ) -> (Result<(), FanInError>, ReadReport, Dest<'a>) {
         let start = Instant::now();
         let read = self.reads.fetch_add(1, Ordering::Relaxed);
-        let seed = read ^ (u64::from(std::process::id()) << 32);
+        let seed = read ^ self.seed_base;
         #[cfg(feature = "quic")]
         if let (Transport::TcpWithQuicFallback, Some(q)) = (self.config.transport, &self.quic) {
             let flow = crate::quic::Flow::of(policy);
