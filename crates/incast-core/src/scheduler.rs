@@ -779,8 +779,9 @@ pub struct Scheduler {
     /// Of the hedges decided since [`Scheduler::take_hedge_verdicts`] last looked: the
     /// largest multiplier under which one was spurious, the smallest under which one won.
     verdicts: HedgeVerdicts,
-    /// The last clean first-byte time, for a client-wide receiver's queueing-delay signal.
-    last_sample: Option<Duration>,
+    /// The last clean first-byte time, for a client-wide receiver's queueing-delay signal,
+    /// and whether it was clamped to the moment its grant went late.
+    last_sample: Option<(Duration, bool)>,
     /// The last [`Gate::late_after`] a receiver gave.
     late_after: Option<Duration>,
     /// Remaining bytes of the late grants.
@@ -1053,10 +1054,9 @@ impl Scheduler {
             // Karn: a first byte that came after the grant went late measured the loss's
             // repair (a tail loss probe, an RTO), not the path; clamped, a path that got
             // slower for good still raises the estimate, by up to the late bound a sample.
-            let sample = match live.late_at {
-                Some(t) => sample.min(t.saturating_duration_since(live.issued_at)),
-                _ => sample,
-            };
+            let late_bound = live.late_at.map(|t| t.saturating_duration_since(live.issued_at));
+            let clamped = late_bound.is_some_and(|b| b < sample);
+            let sample = late_bound.map_or(sample, |b| sample.min(b));
             let live = self.slots[id.slot()].live.as_mut().expect("checked live");
             live.received += n;
             live.unmarked += n;
@@ -1078,7 +1078,7 @@ impl Scheduler {
             }
             if first {
                 self.rtt.on_sample(sample);
-                self.last_sample = Some(sample);
+                self.last_sample = Some((sample, clamped));
                 self.adapt_on_rtt(now, sample);
             }
         }
@@ -1305,8 +1305,8 @@ impl Scheduler {
     }
 
     /// Takes the clean first-byte time recorded by the last [`Scheduler::on_bytes`], if it
-    /// gave one.
-    pub(crate) fn take_sample(&mut self) -> Option<Duration> {
+    /// gave one, and whether it was clamped to the moment its grant went late.
+    pub(crate) fn take_sample(&mut self) -> Option<(Duration, bool)> {
         self.last_sample.take()
     }
 
@@ -2615,7 +2615,7 @@ mod tests {
         s.on_bytes(t + Duration::from_millis(8), g.id, MIN_PROGRESS_BYTES)
             .unwrap();
         assert_eq!(s.late_bytes(), 0, "progress ends lateness");
-        assert_eq!(s.take_sample(), Some(Duration::from_millis(1)), "Karn's clamp");
+        assert_eq!(s.take_sample(), Some((Duration::from_millis(1), true)), "Karn's clamp");
         assert_eq!(s.rtt().latest(), Some(Duration::from_millis(1)));
         // Without a late bound (a read scheduled alone), the same grant is never late and its
         // sample is the whole 8 ms.
@@ -2628,7 +2628,7 @@ mod tests {
         s.on_bytes(t + Duration::from_millis(8), g.id, MIN_PROGRESS_BYTES)
             .unwrap();
         assert_eq!(s.stats().late_grants, 0);
-        assert_eq!(s.take_sample(), Some(Duration::from_millis(8)));
+        assert_eq!(s.take_sample(), Some((Duration::from_millis(8), false)));
     }
 
     #[test]
