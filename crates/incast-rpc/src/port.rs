@@ -38,7 +38,7 @@ use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use incast_core::receiver::{FinishedRead, ReadKey, ReadOptions, Receiver, ReceiverConfig, ReceiverStats};
 use incast_core::Stripe;
@@ -426,12 +426,20 @@ impl ReadSched {
         }
     }
 
-    pub(crate) fn on_bytes(&mut self, now: Instant, id: GrantId, n: u64) -> Result<Delivery, EventError> {
+    /// `n` more bytes of grant `id`; `host_time`: see [`Receiver::on_bytes_timed`] (a read
+    /// scheduled alone has no delay rule, and ignores it).
+    pub(crate) fn on_bytes(
+        &mut self,
+        now: Instant,
+        id: GrantId,
+        n: u64,
+        host_time: Duration,
+    ) -> Result<Delivery, EventError> {
         match self {
             ReadSched::Own(s) => s.on_bytes(now, id, n),
             ReadSched::Shared(s) => {
                 let mut g = s.port.lock();
-                let r = g.rx.on_bytes(now, s.key, id, n);
+                let r = g.rx.on_bytes_timed(now, s.key, id, n, host_time);
                 g.read_counter(now);
                 g.note_budget();
                 r

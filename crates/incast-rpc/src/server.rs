@@ -26,11 +26,11 @@ use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, Interest};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
@@ -495,6 +495,13 @@ pub(crate) trait Sink: AsyncWrite + Unpin + Send {
     fn at_start(&self) -> Option<StartCounters> {
         None
     }
+
+    /// The server's hold of the response being written, once: from its request's arrival to
+    /// now (see [`crate::wire::Header::hold`]); `None` after the first call, and where the
+    /// request's arrival is not known.
+    fn take_hold(&mut self) -> Option<Duration> {
+        None
+    }
 }
 
 /// A sink that took its socket's counters when the response it writes began, for the
@@ -503,12 +510,13 @@ pub(crate) trait Sink: AsyncWrite + Unpin + Send {
 struct Started<'a, W> {
     wr: &'a mut W,
     at_start: Option<StartCounters>,
+    arrived: Option<SystemTime>,
 }
 
 impl<'a, W: Sink> Started<'a, W> {
-    fn new(wr: &'a mut W) -> Self {
+    fn new(wr: &'a mut W, arrived: Option<SystemTime>) -> Self {
         let at_start = wr.counters().map(|c| StartCounters::of(&c));
-        Self { wr, at_start }
+        Self { wr, at_start, arrived }
     }
 }
 
@@ -552,6 +560,13 @@ impl<W: Sink> Sink for Started<'_, W> {
 
     fn at_start(&self) -> Option<StartCounters> {
         self.at_start
+    }
+
+    fn take_hold(&mut self) -> Option<Duration> {
+        // The receive timestamp is CLOCK_REALTIME: a clock stepped back reads as no hold.
+        self.arrived
+            .take()
+            .map(|t| SystemTime::now().duration_since(t).unwrap_or_default())
     }
 }
 
@@ -641,6 +656,9 @@ enum Item {
         pace: Option<u64>,
         /// An `OpenRequest`: its size limit and query.
         open: Option<(u64, Option<Bytes>)>,
+        /// When the request's frame began to reach this host (its header's receive
+        /// timestamp), if the socket stamps: the start of the server's hold.
+        arrived: Option<SystemTime>,
     },
     Refuse {
         id: u64,
@@ -685,12 +703,15 @@ async fn connection<S: FragmentStore>(stream: TcpStream, ctx: Arc<Ctx<S>>, shutd
         }
         return;
     }
+    // The requests' receive timestamps time the server's hold (see `Header::hold`); a
+    // socket that refuses them serves without.
+    let _ = crate::sys::receive_timestamps(stream.as_fd());
     let (rd, wr) = stream.into_split();
     serve_stream(rd, wr, &ctx, shutdown).await;
 }
 
 /// Serves requests on one connection (plaintext or TLS) until it ends.
-async fn serve_stream<S: FragmentStore, R: AsyncRead + Unpin, W: TcpSink>(
+async fn serve_stream<S: FragmentStore, R: RequestSource, W: TcpSink>(
     rd: R,
     wr: W,
     ctx: &Ctx<S>,
@@ -704,7 +725,44 @@ async fn serve_stream<S: FragmentStore, R: AsyncRead + Unpin, W: TcpSink>(
 }
 
 /// Reads frames until EOF, an error, a protocol violation or shutdown.
-async fn read_requests<R: AsyncRead + Unpin>(
+/// A stream of requests that may say when a request reached the host.
+pub(crate) trait RequestSource: AsyncRead + Unpin {
+    /// The TCP socket under it, if its receive timestamps are to be read (plaintext TCP).
+    fn stamped(&self) -> Option<&TcpStream> {
+        None
+    }
+}
+
+impl RequestSource for OwnedReadHalf {
+    fn stamped(&self) -> Option<&TcpStream> {
+        Some(self.as_ref())
+    }
+}
+
+/// TLS: the records' bytes do not map to requests one to one, so no stamps.
+#[cfg(feature = "tls")]
+impl<S: AsyncRead> RequestSource for tokio::io::ReadHalf<S> {}
+
+/// Reads into `buf` as `rd.read` does, and if `stamp`, returns the kernel's receive
+/// timestamp of what it read where `rd` has one. Cancel-safe, as `read` is.
+async fn read_stamped<R: RequestSource>(
+    rd: &mut R,
+    buf: &mut [u8],
+    stamp: bool,
+) -> io::Result<(usize, Option<SystemTime>)> {
+    if let Some(s) = rd.stamped().filter(|_| stamp) {
+        loop {
+            s.readable().await?;
+            match s.try_io(Interest::READABLE, || crate::sys::recv_stamped(s.as_fd(), buf)) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                r => return r,
+            }
+        }
+    }
+    rd.read(buf).await.map(|n| (n, None))
+}
+
+async fn read_requests<R: RequestSource>(
     mut rd: R,
     tx: mpsc::Sender<Item>,
     pending: Arc<Mutex<Pending>>,
@@ -720,17 +778,20 @@ async fn read_requests<R: AsyncRead + Unpin>(
         let mut have = 0;
         // Waiting for a new frame may take forever; the rest of a started one may not.
         let mut frame_deadline = tokio::time::Instant::now();
+        // When the frame's first bytes reached the host: the start of the server's hold.
+        let mut arrived = None;
         while have < HEADER_LEN {
             let n = tokio::select! {
-                r = rd.read(&mut head[have..]) => r,
+                r = read_stamped(&mut rd, &mut head[have..], have == 0) => r,
                 _ = tokio::time::sleep_until(frame_deadline), if have > 0 => return,
                 _ = shutdown_signal(&mut shutdown) => return,
             };
             match n {
-                Ok(0) | Err(_) => return,
-                Ok(n) => {
+                Ok((0, _)) | Err(_) => return,
+                Ok((n, at)) => {
                     if have == 0 {
                         frame_deadline = tokio::time::Instant::now() + frame_timeout;
+                        arrived = at;
                     }
                     have += n;
                 }
@@ -772,7 +833,7 @@ async fn read_requests<R: AsyncRead + Unpin>(
                 offset,
                 len,
                 pace,
-            }) => request_item(&pending, max_request, id, key, offset, len, pace, None),
+            }) => request_item(&pending, max_request, id, key, offset, len, pace, None, arrived),
             Ok(Frame::OpenRequest {
                 id,
                 key,
@@ -781,7 +842,17 @@ async fn read_requests<R: AsyncRead + Unpin>(
                 limit,
                 query,
                 pace,
-            }) => request_item(&pending, max_request, id, key, offset, len, pace, Some((limit, query))),
+            }) => request_item(
+                &pending,
+                max_request,
+                id,
+                key,
+                offset,
+                len,
+                pace,
+                Some((limit, query)),
+                arrived,
+            ),
             Ok(_) => unreachable!("only requests and cancels pass the kind check"),
         };
         let fatal = matches!(item, Item::Fatal(_));
@@ -802,6 +873,7 @@ fn request_item(
     len: u64,
     pace: Option<u64>,
     open: Option<(u64, Option<Bytes>)>,
+    arrived: Option<SystemTime>,
 ) -> Item {
     let fresh = pending.lock().unwrap_or_else(|e| e.into_inner()).queued.insert(id);
     if !fresh {
@@ -824,6 +896,7 @@ fn request_item(
             len,
             pace,
             open,
+            arrived,
         }
     }
 }
@@ -875,6 +948,7 @@ async fn write_responses<S: FragmentStore, W: TcpSink>(
                 len,
                 pace,
                 open,
+                arrived,
             } => {
                 let pace = pace.map(|r| r.max(MIN_PACE));
                 if pace != paced {
@@ -899,7 +973,7 @@ async fn write_responses<S: FragmentStore, W: TcpSink>(
                 if let Some((peer_port, _)) = traced {
                     tracing::trace!(peer_port, id, len, "serving");
                 }
-                let mut started = Started::new(&mut wr);
+                let mut started = Started::new(&mut wr, arrived);
                 let r = respond_any(&mut started, &mut buf, &cancelled, ctx, id, &key, offset, len, open).await;
                 #[cfg(feature = "tracing")]
                 if let Some((peer_port, began)) = traced {
@@ -1154,13 +1228,8 @@ async fn send_data<S: FragmentStore, W: Sink>(
             ctx.stats.cancelled.fetch_add(1, Ordering::Relaxed);
             return send(wr, buf, end_frame(id, None, true, wr)).await;
         }
-        let header = Header {
-            kind: Kind::Data,
-            flags: 0,
-            len: chunk.len() as u32,
-            id,
-        }
-        .encode();
+        // The first frame carries the server's hold (`take_hold` answers once).
+        let header = Header::data(id, chunk.len() as u32, wr.take_hold()).encode();
         write_parts(wr, &header, chunk).await?;
         if ctx.cfg.checksums {
             crc = crc32c::crc32c_append(crc, chunk);

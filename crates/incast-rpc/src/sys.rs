@@ -11,7 +11,7 @@
 use std::io;
 use std::mem::{size_of, MaybeUninit};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use nix::sys::time::TimeSpec;
 use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
@@ -110,6 +110,37 @@ pub(crate) fn tcp_info(fd: BorrowedFd<'_>) -> io::Result<(libc::tcp_info, usize)
     // SAFETY: zero is a valid value of every (integer) field, and the kernel wrote valid
     // integers into a prefix.
     Ok((unsafe { info.assume_init() }, len as usize))
+}
+
+/// Turns on the kernel's receive timestamps of a socket (`SO_TIMESTAMPNS`, CLOCK_REALTIME),
+/// through nix: [`recv_stamped`] then says when the bytes it read reached the host.
+pub(crate) fn receive_timestamps(fd: BorrowedFd<'_>) -> io::Result<()> {
+    nix::sys::socket::setsockopt(&fd, nix::sys::socket::sockopt::ReceiveTimestampns, &true)?;
+    Ok(())
+}
+
+/// `recv` into `buf` that also returns the kernel's receive timestamp of the segment the
+/// last byte read came from (for TCP, Linux's `tcp_recv_timestamp`), if the socket has them
+/// on ([`receive_timestamps`]); through nix's `recvmsg`, with the control buffer on the stack.
+pub(crate) fn recv_stamped(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize, Option<SystemTime>)> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    let mut iov = [io::IoSliceMut::new(buf)];
+    // CMSG_SPACE of a timespec is 32 bytes on 64-bit Linux; a truncated control message
+    // only loses the stamp.
+    let mut cmsg = [0u8; 64];
+    let msg = recvmsg::<()>(fd.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::MSG_DONTWAIT)?;
+    let mut at = None;
+    if let Ok(cmsgs) = msg.cmsgs() {
+        for c in cmsgs {
+            if let ControlMessageOwned::ScmTimestampns(ts) = c {
+                let (s, ns) = (u64::try_from(ts.tv_sec()), u32::try_from(ts.tv_nsec()));
+                if let (Ok(s), Ok(ns)) = (s, ns) {
+                    at = SystemTime::UNIX_EPOCH.checked_add(Duration::new(s, ns));
+                }
+            }
+        }
+    }
+    Ok((msg.bytes, at))
 }
 
 /// A non-blocking, close-on-exec timerfd on CLOCK_MONOTONIC (the clock of `Instant`), through

@@ -13,7 +13,7 @@
 //! |---|---|---|
 //! | 1 `Request` | client to server | object offset `u64`, length `u64`, key length `u16`, key (UTF-8), then the pacing rate `u64` in bytes per second (if flag bit 0) |
 //! | 2 `Cancel` | client to server | empty: stop sending request `id` |
-//! | 3 `Data` | server to client | bytes of request `id`, in order, at most [`MAX_DATA_PAYLOAD`] per frame |
+//! | 3 `Data` | server to client | bytes of request `id`, in order, at most [`MAX_DATA_PAYLOAD`] per frame; flag bit 15 says the other 15 bits are the server's hold in microseconds ([`Header::hold`]) |
 //! | 4 `End` | server to client | CRC32C `u32` (if flag bit 0), then the server socket's TCP counters (if flag bit 1): RTT us, retransmits, RTOs, RTO recoveries, RTO time ms, five `u32`; then (if flag bit 3) the socket's retransmits and RTOs when the server began this response, two `u32` |
 //! | 5 `Error` | server to client | code `u16`, message (UTF-8); id 0 means the whole connection |
 //! | 6 `OpenRequest` | client to server | object offset `u64`, length `u64`, size limit `u64`, key length `u16`, query length `u16`, key (UTF-8), query (if flag bit 1), then the pacing rate `u64` (if flag bit 0) |
@@ -44,6 +44,14 @@
 //! server began the response: what changed before that belongs to the earlier responses on
 //! the connection, what changed after to this one (see [`StartCounters`]). The `End` payload
 //! is then 32 bytes instead of 24; a client older than this flag refuses it (`BadLength`).
+//!
+//! **The server's hold.** A response's first `Data` frame may carry, in its flags, how long
+//! the server held the request: from when its header reached the server's kernel (the
+//! socket's receive timestamp) to that frame's write. That is host time, not the
+//! network's; the client takes it out of the first byte's time before it reads a queue
+//! into it. It costs no byte: flag bit 15 says the low 15 bits are the hold in whole
+//! microseconds, up to [`MAX_HOLD_US`] (a longer hold is sent as that). A client older
+//! than this flag refuses such a frame (`UnknownFlags`).
 //!
 //! **Bounds before allocation.** [`Header::decode`] rejects a frame whose payload length
 //! exceeds the bound of its kind ([`MAX_DATA_PAYLOAD`] for data, [`MAX_OPEN_REQUEST_PAYLOAD`]
@@ -83,6 +91,11 @@ const END_HAS_CRC: u16 = 1;
 const END_HAS_COUNTERS: u16 = 2;
 const END_CANCELLED: u16 = 4;
 const END_HAS_START: u16 = 8;
+/// `Data` flag bit 15: the other 15 bits are the server's hold ([`Header::hold`]).
+const DATA_HAS_HOLD: u16 = 0x8000;
+/// The longest hold a `Data` frame carries, in microseconds (32.767 ms); a longer hold is
+/// sent as this.
+pub const MAX_HOLD_US: u16 = 0x7FFF;
 const REQUEST_HAS_PACE: u16 = 1;
 const REQUEST_FIXED: usize = 18;
 const OPEN_HAS_QUERY: u16 = 2;
@@ -257,6 +270,8 @@ impl Header {
             Kind::End => END_HAS_CRC | END_HAS_COUNTERS | END_CANCELLED | END_HAS_START,
             Kind::Request => REQUEST_HAS_PACE,
             Kind::OpenRequest => REQUEST_HAS_PACE | OPEN_HAS_QUERY,
+            // A hold's value fills the low bits, so they are allowed only beside its flag.
+            Kind::Data if flags & DATA_HAS_HOLD != 0 => u16::MAX,
             _ => 0,
         };
         if flags & !allowed != 0 {
@@ -282,6 +297,30 @@ impl Header {
             return Err(WireError::ZeroId { kind });
         }
         Ok(Self { kind, flags, len, id })
+    }
+
+    /// The header of a `Data` frame of `len` bytes of request `id`, carrying the server's
+    /// `hold` if given (whole microseconds, at most [`MAX_HOLD_US`]: longer holds are sent
+    /// as that).
+    pub fn data(id: u64, len: u32, hold: Option<std::time::Duration>) -> Self {
+        let flags = hold.map_or(0, |h| DATA_HAS_HOLD | h.as_micros().min(u128::from(MAX_HOLD_US)) as u16);
+        Self {
+            kind: Kind::Data,
+            flags,
+            len,
+            id,
+        }
+    }
+
+    /// The server's hold a `Data` frame carries (flag bit 15): how long the server had the
+    /// request before it wrote this, its first data, counted from when the request's header
+    /// reached the server's kernel (its receive timestamp). The client takes it out of the first byte's time
+    /// to tell the network's queue from the hosts' (see `incast_core::receiver`, *Host
+    /// time is not the port's queue*). `None` for other frames, and from servers that do
+    /// not time their requests (TLS, QUIC).
+    pub fn hold(&self) -> Option<std::time::Duration> {
+        (self.kind == Kind::Data && self.flags & DATA_HAS_HOLD != 0)
+            .then(|| std::time::Duration::from_micros(u64::from(self.flags & MAX_HOLD_US)))
     }
 
     /// Encodes the header.
@@ -943,6 +982,44 @@ mod tests {
             let b = enc(&f);
             assert_eq!(decode(&b), Ok(Some((f, b.len()))));
         }
+    }
+
+    #[test]
+    fn a_data_frame_carries_the_servers_hold_in_its_flags() {
+        use std::time::Duration;
+        let us = Duration::from_micros;
+        for (hold, sent) in [
+            (Some(us(0)), Some(us(0))),
+            (Some(Duration::from_nanos(1_999)), Some(us(1))),
+            (Some(us(850)), Some(us(850))),
+            (Some(us(u64::from(MAX_HOLD_US))), Some(us(u64::from(MAX_HOLD_US)))),
+            // Longer holds are sent as the longest.
+            (Some(Duration::from_secs(3)), Some(us(u64::from(MAX_HOLD_US)))),
+            (None, None),
+        ] {
+            let h = Header::data(7, 4096, hold);
+            let back = Header::decode(&h.encode()).unwrap();
+            assert_eq!(back, h);
+            assert_eq!(back.hold(), sent, "{hold:?}");
+        }
+        // Only a data frame has a hold, and its bits mean nothing without the flag.
+        let mut end = Header::data(7, END_PAYLOAD, Some(us(5)));
+        end.kind = Kind::End;
+        assert!(matches!(
+            Header::decode(&end.encode()),
+            Err(WireError::UnknownFlags { .. })
+        ));
+        let bits = Header {
+            flags: 5,
+            ..Header::data(7, 1, None)
+        };
+        assert_eq!(
+            Header::decode(&bits.encode()),
+            Err(WireError::UnknownFlags {
+                kind: Kind::Data,
+                flags: 5
+            })
+        );
     }
 
     #[test]

@@ -1340,3 +1340,100 @@ async fn the_port_reads_its_interfaces_receive_counter_unless_told_not_to() {
         }
     }
 }
+
+/// A server times its hold of each request from the request's arrival and sends it in that
+/// response's first data frame, and only there: a store that takes 20 ms to answer holds
+/// every request at least that long.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_data_frame_of_a_response_carries_the_servers_hold() {
+    let store = MemStore::new();
+    store.insert("blk", object(0, 10_000));
+    let cfg = ServerConfig::builder().data_frame_bytes(4096).build().unwrap();
+    let h = serve(
+        "127.0.0.1:0".parse().unwrap(),
+        Delayed::new(store, Duration::from_millis(20)),
+        cfg,
+    )
+    .await
+    .unwrap();
+    let mut s = TcpStream::connect(h.local_addr()).await.unwrap();
+    // Linux turns receive timestamps on for the whole host from a work queue, a moment after
+    // the first socket asks (`net_enable_timestamp`): until then segments arrive unstamped.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut req = Vec::new();
+    for id in [1, 2] {
+        incast_rpc::wire::encode_request(&mut req, id, "blk", 0, 10_000, None);
+    }
+    s.write_all(&req).await.unwrap();
+    let mut holds = Vec::new();
+    let mut got = Vec::new();
+    let mut ends = 0;
+    while ends < 2 {
+        let mut head = [0u8; HEADER_LEN];
+        tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut head))
+            .await
+            .unwrap()
+            .unwrap();
+        let h = Header::decode(&head).unwrap();
+        let mut payload = vec![0u8; h.len as usize];
+        s.read_exact(&mut payload).await.unwrap();
+        match h.kind {
+            Kind::Data => {
+                holds.push((h.id, h.hold()));
+                got.extend_from_slice(&payload);
+            }
+            Kind::End => ends += 1,
+            k => panic!("unexpected {k:?}"),
+        }
+    }
+    assert_eq!(got.len(), 20_000);
+    // Three frames a response (4096 + 4096 + 1808 bytes), the hold in the first only.
+    assert_eq!(holds.len(), 6, "{holds:?}");
+    for (i, (id, hold)) in holds.iter().enumerate() {
+        assert_eq!(*id, 1 + i as u64 / 3);
+        if i % 3 == 0 {
+            let hold = hold.expect("the first frame carries the hold");
+            assert!(
+                hold >= Duration::from_millis(20) && hold < Duration::from_secs(1),
+                "{hold:?}"
+            );
+        } else {
+            assert_eq!(*hold, None, "frame {i}");
+        }
+    }
+    // The second request arrived with the first and waited for it: its hold of both (over
+    // 40 ms) is longer than the field holds, and is sent as its largest.
+    assert_eq!(
+        holds[3].1,
+        Some(Duration::from_micros(u64::from(incast_rpc::wire::MAX_HOLD_US))),
+        "{holds:?}"
+    );
+}
+
+/// The client takes the servers' hold out of its first bytes' times before it reads a
+/// queue into them: reads of two servers whose store takes 5 ms to answer and two that
+/// answer at once report about half that as hosts' time per sample, and a queueing delay
+/// far under the 2.5 ms the whole first-byte times would say.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_hold_is_not_read_as_the_ports_queue() {
+    let lens = vec![20_000; 4];
+    let slow = Duration::from_millis(5);
+    let gates = [(0, slow), (2, slow)];
+    let c = cluster(&lens, &gates, ClientConfig::default()).await;
+    // The first read opens the connections (and turns the host's receive timestamps on).
+    c.client
+        .fan_in_read(&stripe_of(&lens), &Policy::default())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let out = c
+        .client
+        .fan_in_read(&stripe_of(&lens), &Policy::default())
+        .await
+        .unwrap();
+    assert_eq!(out.block, expected(&lens));
+    let port = out.report.port.expect("a read of the client-wide receiver");
+    assert!(port.delay_samples > 0, "{port:?}");
+    assert!(port.host_mean >= slow / 4, "{port:?}");
+    assert!(port.delay_mean < slow / 4, "{port:?}");
+}

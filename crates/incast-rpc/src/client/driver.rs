@@ -7,12 +7,14 @@ use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use incast_core::{Action, Delivery, GrantId, GrantKind, Lane, ServerId, Stripe};
+use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -58,6 +60,10 @@ fn read_some(stream: &TcpStream, tls: &mut Option<Session>, buf: &mut [u8]) -> i
 
 /// Bytes read per `try_read` into the scratch buffer of a cancelled request.
 const SCRATCH: usize = 64 * 1024;
+/// The longest wait in the client's socket that a receive timestamp may report (1 s); a
+/// longer one is taken for a clock stepped between the kernel's stamp and the read, and
+/// dropped.
+const HOST_WAIT_LIMIT: Duration = Duration::from_secs(1);
 /// Capacity of a read's channel of stream events (QUIC payload batches and ends).
 const STREAM_EVENTS: usize = 256;
 /// How long a connection that owes only cancelled responses may stay silent, on a port
@@ -137,9 +143,22 @@ struct Inflight {
 
 #[derive(Debug)]
 enum Rx {
-    Header { buf: [u8; HEADER_LEN], have: usize },
-    Data { id: u64, left: u32 },
-    Control { header: Header, buf: Vec<u8> },
+    Header {
+        buf: [u8; HEADER_LEN],
+        have: usize,
+    },
+    /// `host`: the hosts' part of the time to the frame's arrival, for a grant's first-byte
+    /// sample: the server's hold its header carried ([`Header::hold`]) and the time the
+    /// header waited in the client's socket ([`Conn::waited`]).
+    Data {
+        id: u64,
+        left: u32,
+        host: Option<Duration>,
+    },
+    Control {
+        header: Header,
+        buf: Vec<u8>,
+    },
 }
 
 impl Rx {
@@ -161,6 +180,9 @@ pub(super) struct Conn {
     /// The TLS session over `stream`, with a TLS client ([`crate::ClientConfigBuilder`]'s `tls`).
     tls: Option<Session>,
     rx: Rx,
+    /// How long the frame being read waited in the socket before the client read its first
+    /// bytes, by the kernel's receive timestamp (plaintext TCP; see [`HOST_WAIT_LIMIT`]).
+    waited: Option<Duration>,
     inflight: VecDeque<Inflight>,
     out: Vec<u8>,
     next_req: u64,
@@ -706,6 +728,7 @@ impl<'a> Driver<'a> {
             stream: Arc::new(stream),
             tls,
             rx: Rx::new(),
+            waited: None,
             inflight: VecDeque::new(),
             out: Vec::new(),
             next_req: 1,
@@ -830,7 +853,7 @@ impl<'a> Driver<'a> {
                 let n = s.received - start;
                 let fragment = s.fragment;
                 if n > 0 {
-                    if let Err(e) = self.sched.on_bytes(now, g, n) {
+                    if let Err(e) = self.sched.on_bytes(now, g, n, Duration::ZERO) {
                         self.fail_stream(g, format!("{server}: {e}"));
                         return Ok(());
                     }
@@ -1070,9 +1093,21 @@ impl<'a> Driver<'a> {
         loop {
             let c = &mut self.conns[i];
             let r = match &mut c.rx {
+                // A frame's first bytes: when they reached the host, where the socket says.
+                Rx::Header { buf, have: 0 } if c.tls.is_none() => {
+                    let stream = &c.stream;
+                    stream
+                        .try_io(Interest::READABLE, || crate::sys::recv_stamped(stream.as_fd(), buf))
+                        .map(|(n, at)| {
+                            c.waited = at
+                                .and_then(|t| SystemTime::now().duration_since(t).ok())
+                                .filter(|w| *w <= HOST_WAIT_LIMIT);
+                            n
+                        })
+                }
                 Rx::Header { buf, have } => read_some(&c.stream, &mut c.tls, &mut buf[*have..]),
                 Rx::Control { header, buf } => fill_control(header, buf, |b| read_some(&c.stream, &mut c.tls, b)),
-                Rx::Data { id, left } => {
+                Rx::Data { id, left, .. } => {
                     let Some(f) = c.inflight.front() else {
                         return Outcome::Broken(format!("{server} sent data for request {id}, none is pending"));
                     };
@@ -1127,7 +1162,14 @@ impl<'a> Driver<'a> {
                 }
                 let h = Header::decode(buf).map_err(|e| format!("{server}: {e}"))?;
                 c.rx = match h.kind {
-                    Kind::Data => Rx::Data { id: h.id, left: h.len },
+                    Kind::Data => Rx::Data {
+                        id: h.id,
+                        left: h.len,
+                        host: match (h.hold(), c.waited.take()) {
+                            (None, None) => None,
+                            (hold, waited) => Some(hold.unwrap_or_default() + waited.unwrap_or_default()),
+                        },
+                    },
                     Kind::End | Kind::Error | Kind::Length => Rx::Control {
                         header: h,
                         buf: Vec::with_capacity(h.len as usize),
@@ -1139,9 +1181,12 @@ impl<'a> Driver<'a> {
                 }
                 Ok(())
             }
-            Rx::Data { left, .. } => {
+            Rx::Data { left, host, .. } => {
                 *left -= n as u32;
                 let done = *left == 0;
+                // The hosts' part of the grant's first-byte time (counted for its first
+                // bytes only).
+                let host_time = host.take().unwrap_or_default();
                 let f = c.inflight.front_mut().expect("checked before reading");
                 if let Some(g) = f.grant {
                     let at = f.block_offset + f.received;
@@ -1152,7 +1197,7 @@ impl<'a> Driver<'a> {
                     }
                     f.received += n as u64;
                     let fragment = f.fragment;
-                    match self.sched.on_bytes(now, g, n as u64) {
+                    match self.sched.on_bytes(now, g, n as u64, host_time) {
                         Ok(Delivery::Write { block_offset }) => debug_assert_eq!(block_offset, at),
                         Ok(Delivery::Discard) => {}
                         Err(e) => return Err(format!("{server}: {e}")),
@@ -1566,6 +1611,9 @@ async fn connect(
 ) -> Result<Opened, OpenError> {
     let failed = |e: io::Error| OpenError::Failed(format!("connecting to {server} at {addr}: {e}"));
     let (stream, report) = handshake(server, addr, tuning).await.map_err(failed)?;
+    // Receive timestamps say how long a response's first bytes waited for the client (see
+    // `Conn::waited`); a socket that refuses them reads without.
+    let _ = crate::sys::receive_timestamps(stream.as_fd());
     #[cfg(feature = "tls")]
     if let Some(cfg) = tls {
         return match crate::tls::connect_tcp(stream, &cfg, server, addr).await {

@@ -199,9 +199,11 @@ fn drain_some(c: &mut Conn, scratch: &mut [u8]) -> Result<bool, String> {
                 }
                 let h = Header::decode(buf).map_err(|e| format!("{server}: {e}"))?;
                 c.rx = match h.kind {
-                    Kind::Data if c.inflight.front().is_some_and(|f| f.req == h.id) => {
-                        Rx::Data { id: h.id, left: h.len }
-                    }
+                    Kind::Data if c.inflight.front().is_some_and(|f| f.req == h.id) => Rx::Data {
+                        id: h.id,
+                        left: h.len,
+                        host: None,
+                    },
                     Kind::Data => return Err(format!("{server} sent data for request {} out of order", h.id)),
                     Kind::End | Kind::Error | Kind::Length => Rx::Control {
                         header: h,
