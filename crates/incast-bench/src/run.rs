@@ -242,6 +242,9 @@ pub struct Measurement {
     pub delay_mean_us: f64,
     /// Their largest, microseconds.
     pub delay_max_us: f64,
+    /// Mean time of the hosts taken out of those samples' first-byte times (the server's
+    /// hold and the client's wait, by the kernels' receive timestamps), microseconds.
+    pub host_mean_us: f64,
     /// Mean time a read waited for the port (no grant outstanding), ms.
     pub admission_wait_ms: f64,
     /// Mean time a read had grants outstanding (transferring), ms.
@@ -565,6 +568,7 @@ pub async fn measure(
         ..Measurement::default()
     });
     let (delay_sum_us, wait_sum_us) = (std::cell::Cell::new(0f64), std::cell::Cell::new(0u128));
+    let host_sum_us = std::cell::Cell::new(0f64);
     let transfer_sum_us = std::cell::Cell::new(0u128);
     let bytes = std::cell::Cell::new(0u64);
     let sum_us = std::cell::Cell::new(0u128);
@@ -580,6 +584,7 @@ pub async fn measure(
             (&reader, &m, &bytes, &sum_us, &hist, &first_corrupt, &on_block);
         let (rtos_of, late) = (&rtos_of, &late);
         let (delay_sum_us, wait_sum_us, transfer_sum_us) = (&delay_sum_us, &wait_sum_us, &transfer_sum_us);
+        let host_sum_us = &host_sum_us;
         let s = stripe_of(no);
         async move {
             let t = Instant::now();
@@ -618,6 +623,8 @@ pub async fn measure(
                             delay_sum_us.set(
                                 delay_sum_us.get() + p.delay_mean.as_secs_f64() * 1e6 * f64::from(p.delay_samples),
                             );
+                            host_sum_us
+                                .set(host_sum_us.get() + p.host_mean.as_secs_f64() * 1e6 * f64::from(p.delay_samples));
                             m.delay_max_us = m.delay_max_us.max(p.delay_max.as_secs_f64() * 1e6);
                             wait_sum_us.set(wait_sum_us.get() + p.admission_wait.as_micros());
                             transfer_sum_us.set(transfer_sum_us.get() + p.transfer.as_micros());
@@ -718,6 +725,7 @@ pub async fn measure(
     }
     if m.delay_samples > 0 {
         m.delay_mean_us = delay_sum_us.get() / m.delay_samples as f64;
+        m.host_mean_us = host_sum_us.get() / m.delay_samples as f64;
     }
     if m.budget_min == u64::MAX {
         m.budget_min = 0;
