@@ -151,24 +151,37 @@
 //! The two parts answer different questions, so each rule reads the one it needs:
 //!
 //! - **The delay rules read the path.** Whether the reads' own queue at the port is past
-//!   the target (holding growth, the severe decrease, the delay a loss teaches as a target,
-//!   [`ReceiverStats::delay_holds`]) is read from the first byte's time less the hosts'
-//!   time, over the smallest such time in [`BASE_RTT_WINDOW`]. A busy host's time is not a
-//!   queue at the port, and a smaller budget does not make the host faster.
-//! - **The round trip stays whole.** The base RTT of the bandwidth-delay product (the
-//!   growth cap, the floor that follows the path), the smoothed RTT (stall timers, the loss
-//!   rule's window) and the test for a standing queue of other traffic (*A deep queue of
-//!   other traffic*) take the whole time: to keep the port busy the budget must cover the
-//!   round trip its grants see, the hosts' part included (Little's law). Read from the
-//!   path alone, beside 2 bulk flows on the 2-core testbed (whose flows' senders load the
-//!   same CPUs) the competing test fired 0-3 times a row instead of 2-67, the budget's cap
-//!   fell with the base RTT, and the reads got 41.4% of the line rate with 2 rows of 8 under
-//!   1/3, against 52.9% with none (docs/measurements.md, *Thirty-sixth session*).
+//!   the target (holding growth, the severe-delay decrease, the delay a loss teaches as a
+//!   target, [`ReceiverStats::delay_holds`]) is read from the first byte's time less the
+//!   hosts' time, over the smallest such time in [`BASE_RTT_WINDOW`]. A busy host's time is
+//!   not a queue at the port, and a smaller budget does not make the host faster.
+//! - **The round trip stays whole** for the base RTT of the bandwidth-delay product (the
+//!   growth cap, the floor that follows the path), for the smoothed RTT (stall timers, the
+//!   loss rule's window) and for the test for a standing queue of other traffic (*A deep
+//!   queue of other traffic*): the budget must cover the round trip its grants see, the
+//!   hosts' part included (Little's law). Read from the path alone:
+//!   - beside 2 bulk flows on the 2-core testbed (whose flows' senders load the same
+//!     CPUs) the competing test fired 0-3 times a row instead of 5-45 (a 32 KiB port
+//!     queues at most 262 us, under its threshold of two targets), and the reads got 41.4%
+//!     of the line rate with 2 rows of 8 under 1/3, against 52.9% with none;
+//!   - with the cap on the path's product, servers that take 2 ms to answer got a budget
+//!     of a fraction of their service time, reads slowed, and the membership test under
+//!     churn (`reads_keep_succeeding_while_servers_leave_and_join_under_load`) failed in 3
+//!     of 8 runs (0 of 8 with the whole time). That form did cut the testbed's switch drops
+//!     3-6 times and held the CPU-bound rows of 4 KiB fragments to 52-56 KB budgets, which
+//!     read better there (below).
 //!
-//! There is no endpoint window: more budget does not make a host slower to answer, and the
-//! bytes it holds are already bounded by the budget and the sender cap. A first byte
-//! clamped to the moment its grant went late (*Late grants leave the budget*) keeps its
-//! hosts' time in: the clamp already cut it.
+//! There is no endpoint window, and that costs where the client's host is the limit: with
+//! no delay hold the budget goes to its cap, and in the testbed's rows of 4 KiB fragments
+//! (the 2-core host 85-93% busy) more 4 KiB grants in flight cost more CPU per byte. Under
+//! `bbr` those rows read 0.887-0.921 of the line rate against 0.938-0.970 before
+//! (budgets of 100-176 KB against 44-140 KB; the 1 Gbit/s grid 0.939 and 0.964 against
+//! 0.981); under cubic the grid stayed within the noise (docs/measurements.md,
+//! *Thirty-sixth session*). A cap on the path plus the server's hold alone (the client's
+//! own wait is its CPU, which more bytes in flight do not help) may keep both; not tried.
+//! A first byte clamped to the moment its grant went late (*Late grants leave the budget*)
+//! keeps its hosts' time in: the clamp already cut it (taken out, it had set the path's
+//! base to 0-15 us beside bulk flows).
 //!
 //! Why it matters here: on a 2-core host the hosts' time is most of a loaded first byte.
 //! 16 reads of 64 servers on loopback read first bytes a mean 314-414 us over a base RTT
@@ -1290,7 +1303,8 @@ pub struct ReceiverStats {
     pub outstanding: u64,
     /// Servers with grants outstanding now, over all reads.
     pub senders: u32,
-    /// Base RTT (smallest clean first-byte time in the window), if measured.
+    /// Base RTT (smallest clean first-byte time in the window, the hosts' time included),
+    /// if measured.
     pub base_rtt: Option<Duration>,
     /// Measured delivery rate, bytes per second, if measured.
     pub rate_bytes_per_sec: Option<f64>,
@@ -2890,7 +2904,9 @@ impl Receiver {
         self.bdp_with(self.target(now))
     }
 
-    /// The port's rate times its base RTT plus `queue`, bytes. `None` until measured.
+    /// The port's rate times its base RTT plus `queue`, bytes: the whole round trip, the
+    /// hosts' time included (see *Host time is not the port's queue* in the module docs).
+    /// `None` until measured.
     fn bdp_with(&self, queue: Duration) -> Option<f64> {
         let rate = self.link_rate()?;
         let rtt = self.base_rtt.map(|(d, _)| d).or(self.srtt)?;
