@@ -724,7 +724,6 @@ async fn serve_stream<S: FragmentStore, R: RequestSource, W: TcpSink>(
     tokio::join!(reader, writer);
 }
 
-/// Reads frames until EOF, an error, a protocol violation or shutdown.
 /// A stream of requests that may say when a request reached the host.
 pub(crate) trait RequestSource: AsyncRead + Unpin {
     /// The TCP socket under it, if its receive timestamps are to be read (plaintext TCP).
@@ -762,6 +761,9 @@ async fn read_stamped<R: RequestSource>(
     rd.read(buf).await.map(|n| (n, None))
 }
 
+/// Reads frames until EOF, an error, a protocol violation or shutdown. A frame's first
+/// bytes are read with their receive timestamp where the stream has one: when the request
+/// reached the host, for the server's hold (see [`crate::wire::Header::hold`]).
 async fn read_requests<R: RequestSource>(
     mut rd: R,
     tx: mpsc::Sender<Item>,
