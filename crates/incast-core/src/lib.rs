@@ -44,7 +44,7 @@ pub mod sim;
 pub mod stripe;
 
 pub use policy::{Adaptation, GrantSize, Hedging, Policy, PolicyBuilder, PolicyError, Stagger, WindowCap};
-pub use receiver::{ReadKey, ReadOptions, Receiver, ReceiverConfig};
+pub use receiver::{HostTime, ReadKey, ReadOptions, Receiver, ReceiverConfig};
 pub use rtt::{RtoBounds, RtoBoundsError, RttEstimator};
 pub use scheduler::{
     Action, Delivery, EventError, Grant, GrantId, GrantKind, InvariantViolation, Lane, ReadError, Scheduler,

@@ -145,40 +145,42 @@
 //! here: incast-rpc's server stamps each request as it reaches its kernel
 //! (`SO_TIMESTAMPNS`) and sends the time until its first write in that response's first
 //! `Data` frame, and the client stamps the response's first bytes the same way and counts
-//! how long they waited for it. The transport hands their sum to
-//! [`Receiver::on_bytes_timed`].
+//! how long they waited for it. The transport hands both to [`Receiver::on_bytes_timed`].
 //!
-//! The two parts answer different questions, so each rule reads the one it needs:
+//! The parts answer different questions, so each rule reads the one it needs
+//! ([`HostTime`] carries the server's and the client's apart):
 //!
 //! - **The delay rules read the path.** Whether the reads' own queue at the port is past
 //!   the target (holding growth, the severe-delay decrease, the delay a loss teaches as a
-//!   target, [`ReceiverStats::delay_holds`]) is read from the first byte's time less the
+//!   target, [`ReceiverStats::delay_holds`]) is read from the first byte's time less both
 //!   hosts' time, over the smallest such time in [`BASE_RTT_WINDOW`]. A busy host's time is
 //!   not a queue at the port, and a smaller budget does not make the host faster.
-//! - **The round trip stays whole** for the base RTT of the bandwidth-delay product (the
-//!   growth cap, the floor that follows the path), for the smoothed RTT (stall timers, the
-//!   loss rule's window) and for the test for a standing queue of other traffic (*A deep
-//!   queue of other traffic*): the budget must cover the round trip its grants see, the
-//!   hosts' part included (Little's law). Read from the path alone:
-//!   - beside 2 bulk flows on the 2-core testbed (whose flows' senders load the same
-//!     CPUs) the competing test fired 0-3 times a row instead of 5-45 (a 32 KiB port
-//!     queues at most 262 us, under its threshold of two targets), and the reads got 41.4%
-//!     of the line rate with 2 rows of 8 under 1/3, against 52.9% with none;
-//!   - with the cap on the path's product, servers that take 2 ms to answer got a budget
-//!     of a fraction of their service time, reads slowed, and the membership test under
-//!     churn (`reads_keep_succeeding_while_servers_leave_and_join_under_load`) failed in 3
-//!     of 8 runs (0 of 8 with the whole time). That form did cut the testbed's switch drops
-//!     3-6 times and held the CPU-bound rows of 4 KiB fragments to 52-56 KB budgets, which
-//!     read better there (below).
+//! - **The growth cap covers the servers, not the client.** The base RTT of the
+//!   bandwidth-delay product (the growth cap, the floor that follows the path) is the
+//!   smallest first-byte time less the client's own wait. A server that takes milliseconds
+//!   to answer (a disk) needs that much of the port's rate outstanding to keep the port
+//!   busy (Little's law); a client late to read its sockets is the limit itself, and more
+//!   bytes in flight only add to its work. Both other choices lost, measured on the 2-core
+//!   testbed (docs/measurements.md, *Thirty-sixth session*):
+//!   - with the whole time in the cap (no delay hold any more, so the budget sat at it),
+//!     the rows of 4 KiB fragments, where the host is the limit, read 0.81-0.96 of the line
+//!     rate under `bbr` with budgets of 100-188 KB, against 0.94-0.97 before (the grid 0.939
+//!     and 0.964 against 0.981);
+//!   - with the path alone in it, servers that take 2 ms to answer got a budget of a
+//!     fraction of their service time, reads slowed, and the membership test under churn
+//!     (`reads_keep_succeeding_while_servers_leave_and_join_under_load`) failed in 3 of 8
+//!     runs (0 of 8 otherwise).
 //!
-//! There is no endpoint window, and that costs where the client's host is the limit: with
-//! no delay hold the budget goes to its cap, and in the testbed's rows of 4 KiB fragments
-//! (the 2-core host 85-93% busy) more 4 KiB grants in flight cost more CPU per byte. Under
-//! `bbr` those rows read 0.887-0.921 of the line rate against 0.938-0.970 before
-//! (budgets of 100-176 KB against 44-140 KB; the 1 Gbit/s grid 0.939 and 0.964 against
-//! 0.981); under cubic the grid stayed within the noise (docs/measurements.md,
-//! *Thirty-sixth session*). A cap on the path plus the server's hold alone (the client's
-//! own wait is its CPU, which more bytes in flight do not help) may keep both; not tried.
+//!   On this testbed the servers share the client's two cores, so their hold is partly
+//!   the client's CPU too; under `bbr` the grid read 0.965 with this cap.
+//! - **The round trip stays whole** for the smoothed RTT (stall timers, the loss rule's
+//!   window) and for the test for a standing queue of other traffic (*A deep queue of
+//!   other traffic*), whose competing cap is a smoothed round trip at the port's rate.
+//!   Read from the path, beside 2 bulk flows (whose senders load the same two cores) that
+//!   test fired 0-3 times a row instead of 5-45 (a 32 KiB port queues at most 262 us, under
+//!   its threshold of two targets), and the reads got 41.4% of the line rate with 2 rows
+//!   of 8 under 1/3, against 52.9% with none.
+//!
 //! A first byte clamped to the moment its grant went late (*Late grants leave the budget*)
 //! keeps its hosts' time in: the clamp already cut it (taken out, it had set the path's
 //! base to 0-15 us beside bulk flows).
@@ -788,6 +790,21 @@ use crate::scheduler::InvariantViolation;
 use crate::scheduler::{Action, Delivery, EventError, Gate, GrantId, Polled, ReadError, Scheduler, SchedulerStats};
 use crate::stripe::Stripe;
 
+/// The hosts' part of a grant's first-byte time, as the transport measured it: what
+/// [`Receiver::on_bytes_timed`] takes out before it reads a queueing delay (see *Host time
+/// is not the port's queue* in the module docs). Zero where the transport cannot tell.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HostTime {
+    /// The server's hold: from the request's arrival at the server's host to its first
+    /// write. Part of the round trip the budget must cover (a slow server is answered by
+    /// more servers at once), not of the port's queue.
+    pub server: Duration,
+    /// The client's own wait: from the first bytes' arrival at the client's host to their
+    /// read. Neither the port's queue nor a round trip more budget covers: it is the
+    /// client's CPU.
+    pub client: Duration,
+}
+
 /// Default starting budget without a port-rate hint (16 KiB, the default floor; slow start
 /// doubles it every round trip, see *The start* in the module docs).
 pub const DEFAULT_INITIAL_BUDGET: u64 = 16 * 1024;
@@ -1303,8 +1320,8 @@ pub struct ReceiverStats {
     pub outstanding: u64,
     /// Servers with grants outstanding now, over all reads.
     pub senders: u32,
-    /// Base RTT (smallest clean first-byte time in the window, the hosts' time included),
-    /// if measured.
+    /// Base RTT: the smallest clean first-byte time in the window less the client's own
+    /// wait ([`HostTime::client`]), the one the bandwidth-delay product uses; if measured.
     pub base_rtt: Option<Duration>,
     /// Measured delivery rate, bytes per second, if measured.
     pub rate_bytes_per_sec: Option<f64>,
@@ -1547,6 +1564,9 @@ pub struct Receiver {
     /// The smallest first-byte time less the hosts' time within [`BASE_RTT_WINDOW`], and
     /// when it was seen: the base of the path's queueing delay.
     path_base: Option<(Duration, Instant)>,
+    /// The smallest first-byte time less the client's own wait within [`BASE_RTT_WINDOW`]:
+    /// the base RTT of the bandwidth-delay product, the servers' hold included.
+    served_base: Option<(Duration, Instant)>,
     srtt: Option<Duration>,
     rate: Option<f64>,
     /// Busy-time samples of the port's rate from the receiver's own bytes (see "The port's
@@ -1657,6 +1677,7 @@ impl Receiver {
             last_decrease: None,
             base_rtt: None,
             path_base: None,
+            served_base: None,
             srtt: None,
             rate,
             own_rate: BusyRate::new(),
@@ -1950,12 +1971,12 @@ impl Receiver {
     /// `n` more bytes of grant `id` of read `read` arrived. See [`Scheduler::on_bytes`]. The
     /// same as [`Receiver::on_bytes_timed`] with no host time.
     pub fn on_bytes(&mut self, now: Instant, read: ReadKey, id: GrantId, n: u64) -> Result<Delivery, EventError> {
-        self.on_bytes_timed(now, read, id, n, Duration::ZERO)
+        self.on_bytes_timed(now, read, id, n, HostTime::default())
     }
 
-    /// `n` more bytes of grant `id` of read `read` arrived, and `host_time` of the time since
-    /// the grant was issued was spent in the hosts, not on the path: the server's hold of
-    /// the request (incast-rpc: `wire::Header::hold`) and the time the bytes waited in the
+    /// `n` more bytes of grant `id` of read `read` arrived, and `host` of the time since the
+    /// grant was issued was spent in the hosts, not on the path: the server's hold of the
+    /// request (incast-rpc: `wire::Header::hold`) and the time the bytes waited in the
     /// client's socket before it read them. Counted only for a grant's first bytes, where
     /// it is taken out of the first byte's time before a queueing delay is read into it (see
     /// *Host time is not the port's queue* in the module docs); the RTT estimate that times
@@ -1966,7 +1987,7 @@ impl Receiver {
         read: ReadKey,
         id: GrantId,
         n: u64,
-        host_time: Duration,
+        host: HostTime,
     ) -> Result<Delivery, EventError> {
         let r = self.read_mut(read).ok_or(EventError::UnknownRead { read })?;
         let d = r.sched.on_bytes(now, id, n)?;
@@ -1984,8 +2005,8 @@ impl Receiver {
         if let Some((s, clamped)) = sample {
             // A clamped first byte measured a loss's repair up to the late bound; the hosts'
             // time does not come out of that bound.
-            let host_time = if clamped { Duration::ZERO } else { host_time };
-            self.on_sample(now, read, s, host_time);
+            let host = if clamped { HostTime::default() } else { host };
+            self.on_sample(now, read, s, host);
         }
         self.sample_rate(now);
         self.sync(now, read);
@@ -2220,7 +2241,7 @@ impl Receiver {
             budget: self.budget,
             outstanding: self.outstanding,
             senders: self.senders,
-            base_rtt: self.base_rtt.map(|(d, _)| d),
+            base_rtt: self.served_base.map(|(d, _)| d),
             rate_bytes_per_sec: self.rate,
             link_rate_bytes_per_sec: self.link_rate(),
             learnt_target: self.learnt_target.map(|(t, _)| t),
@@ -2582,10 +2603,10 @@ impl Receiver {
 
     /// A clean first-byte time `s`, of which `host` was the hosts' (see
     /// [`Receiver::on_bytes_timed`] and *Host time is not the port's queue* in the module
-    /// docs). The whole time sets the smoothed and the base RTT and judges competition: the
-    /// round trip the budget must cover. Its path's part, over the path's own base, is the
-    /// queue the delay rules read.
-    fn on_sample(&mut self, now: Instant, rk: ReadKey, s: Duration, host: Duration) {
+    /// docs). The whole time sets the smoothed RTT and judges competition, over its own
+    /// base; less the client's wait it sets the base of the growth cap; less both hosts'
+    /// time, over the path's own base, it is the queue the delay rules read.
+    fn on_sample(&mut self, now: Instant, rk: ReadKey, s: Duration, host: HostTime) {
         let base = match self.base_rtt {
             Some((b, at)) if b <= s && now < at + BASE_RTT_WINDOW => b,
             _ => {
@@ -2598,7 +2619,11 @@ impl Receiver {
             Some(x) => x.mul_f64(0.875) + s.mul_f64(0.125),
         });
         let round_trip = s - base;
-        let path = s.saturating_sub(host);
+        let served = s.saturating_sub(host.client);
+        if self.served_base.is_none_or(|(b, at)| served < b || now >= at + BASE_RTT_WINDOW) {
+            self.served_base = Some((served, now));
+        }
+        let path = served.saturating_sub(host.server);
         let path_base = match self.path_base {
             Some((b, at)) if b <= path && now < at + BASE_RTT_WINDOW => b,
             _ => {
@@ -2904,12 +2929,12 @@ impl Receiver {
         self.bdp_with(self.target(now))
     }
 
-    /// The port's rate times its base RTT plus `queue`, bytes: the whole round trip, the
-    /// hosts' time included (see *Host time is not the port's queue* in the module docs).
-    /// `None` until measured.
+    /// The port's rate times its base RTT plus `queue`, bytes: the round trip with the
+    /// servers' hold but without the client's own wait (see *Host time is not the port's
+    /// queue* in the module docs). `None` until measured.
     fn bdp_with(&self, queue: Duration) -> Option<f64> {
         let rate = self.link_rate()?;
-        let rtt = self.base_rtt.map(|(d, _)| d).or(self.srtt)?;
+        let rtt = self.served_base.map(|(d, _)| d).or(self.srtt)?;
         Some(rate * (rtt + queue).as_secs_f64())
     }
 
@@ -3693,7 +3718,7 @@ mod tests {
         // bandwidth-delay products plus the target queue, 2 x 125 x (50 + 200) = 62.5 KB.
         let (mut rx, t, k) = a_read_on_a_port_of(1_000_000_000, 64 * 1024, &Policy::default());
         let us = Duration::from_micros;
-        rx.on_sample(t, k, us(50), Duration::ZERO);
+        rx.on_sample(t, k, us(50), HostTime::default());
         let own_cap = OVERCOMMIT * rx.bdp(t).unwrap();
         // First bytes 2 ms above the base RTT (ten targets), the budget over twice its
         // floor: the reads' own queue may be that long, nothing changes.
@@ -3701,7 +3726,7 @@ mod tests {
         let mut now = t;
         let mut sample = |rx: &mut Receiver, s: Duration| {
             now += us(100);
-            rx.on_sample(now, k, s, Duration::ZERO);
+            rx.on_sample(now, k, s, HostTime::default());
             now
         };
         for _ in 0..COMPETE_SAMPLES {
@@ -3772,7 +3797,7 @@ mod tests {
         let t = Instant::now();
         let stripe = Stripe::fixed_sru("a", &servers(8), 64 * 1024).unwrap();
         let k = rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
-        rx.on_sample(t, k, Duration::from_micros(200), Duration::ZERO);
+        rx.on_sample(t, k, Duration::from_micros(200), HostTime::default());
         counted(&mut rx, t, share);
         (rx, t, k)
     }
@@ -3813,9 +3838,9 @@ mod tests {
     }
 
     /// The receiver's stats and smoothed RTT after reads of 64 x 64 KiB on a 1 Gbit/s port
-    /// whose grants' first bytes come 650 us after their issue (the first of all after
-    /// 50 us), `host` of that the hosts' ([`Receiver::on_bytes_timed`]).
-    fn first_bytes_650us_late(host: Duration) -> (ReceiverStats, Option<Duration>) {
+    /// whose grants' first bytes come `late` after their issue (the first of all after
+    /// 50 us, with no host time), `host` of that the hosts' ([`Receiver::on_bytes_timed`]).
+    fn first_bytes_late(late: Duration, host: HostTime) -> (ReceiverStats, Option<Duration>) {
         let (mut rx, t, _) = a_read_on_a_port_of(1_000_000_000, 64 * 1024, &Policy::default());
         let us = Duration::from_micros;
         let mut now = t;
@@ -3825,11 +3850,7 @@ mod tests {
             if grants.is_empty() {
                 break;
             }
-            let (wait, host) = if first {
-                (us(50), Duration::ZERO)
-            } else {
-                (us(650), host)
-            };
+            let (wait, host) = if first { (us(50), HostTime::default()) } else { (late, host) };
             first = false;
             now += wait;
             for (k, g) in grants {
@@ -3847,16 +3868,76 @@ mod tests {
         // growth, unless the hosts spent that time (a server that held the request, a
         // client late to read its socket).
         let us = Duration::from_micros;
-        let (queue, srtt_queue) = first_bytes_650us_late(Duration::ZERO);
+        let late = us(650);
+        let (queue, srtt_queue) = first_bytes_late(late, HostTime::default());
         assert!(queue.delay_holds > 0, "{queue:?}");
-        let (host, srtt_host) = first_bytes_650us_late(us(600));
-        assert_eq!(host.delay_holds, 0, "{host:?}");
-        assert_eq!(host.delay_decreases, 0, "{host:?}");
-        // The base RTT and the smoothed RTT, which size the budget and time stalls, keep
-        // the whole time.
-        assert_eq!(host.base_rtt, Some(us(50)));
-        assert_eq!(srtt_host, srtt_queue);
-        assert!(srtt_host.is_some_and(|s| s > us(500)), "{srtt_host:?}");
+        for host in [
+            HostTime {
+                server: us(600),
+                client: Duration::ZERO,
+            },
+            HostTime {
+                server: us(300),
+                client: us(300),
+            },
+        ] {
+            let (st, srtt) = first_bytes_late(late, host);
+            assert_eq!(st.delay_holds, 0, "{host:?}: {st:?}");
+            assert_eq!(st.delay_decreases, 0, "{st:?}");
+            // The smoothed RTT, which times stalls, keeps the whole time.
+            assert_eq!(srtt, srtt_queue);
+            assert!(srtt.is_some_and(|s| s > us(500)), "{srtt:?}");
+        }
+    }
+
+    #[test]
+    fn a_servers_hold_counts_in_the_round_trip_the_budget_covers_and_the_clients_wait_does_not() {
+        // Every first byte 2 ms after its grant, nearly all of it the hosts'. Servers that
+        // take 2 ms to answer need 2 ms of the port's rate outstanding to keep it busy; a
+        // client 2 ms late to read its sockets is the limit itself, and more bytes in flight
+        // only add to its work.
+        let us = Duration::from_micros;
+        let late = us(2_050);
+        let (server, _) = first_bytes_late(
+            late,
+            HostTime {
+                server: us(2_000),
+                client: Duration::ZERO,
+            },
+        );
+        let (client, _) = first_bytes_late(
+            late,
+            HostTime {
+                server: Duration::ZERO,
+                client: us(2_000),
+            },
+        );
+        assert_eq!(client.base_rtt, Some(us(50)), "{client:?}");
+        assert_eq!(server.base_rtt, Some(us(50)), "the first byte of all had no host time");
+        assert_eq!((server.delay_holds, client.delay_holds), (0, 0));
+        // After the base's window the servers' hold is the base: it sizes the cap.
+        let (mut rx, t, _) = a_read_on_a_port_of(1_000_000_000, 64 * 1024, &Policy::default());
+        let mut now = t;
+        for _ in 0..200 {
+            let grants = requests(&mut rx, now);
+            if grants.is_empty() {
+                break;
+            }
+            now += late;
+            for (k, g) in grants {
+                let host = HostTime {
+                    server: us(2_000),
+                    client: Duration::ZERO,
+                };
+                rx.on_bytes_timed(now, k, g.id, g.len, host).unwrap();
+                rx.on_done(now, k, g.id).unwrap();
+            }
+        }
+        let st = rx.stats();
+        assert_eq!(st.base_rtt, Some(late), "{st:?}");
+        // 2 x (125 MB/s x (2.05 ms + 200 us)) = 562 KB of cap, where the path's product
+        // plus the target caps the client's case near 64 KiB.
+        assert!(st.budget > 2 * client.budget, "{st:?}\n{client:?}");
     }
 
     #[test]
@@ -3869,7 +3950,7 @@ mod tests {
         let mut now = t;
         for _ in 0..40 {
             now += Duration::from_millis(1);
-            rx.on_sample(now, k, Duration::from_micros(5_200), Duration::ZERO);
+            rx.on_sample(now, k, Duration::from_micros(5_200), HostTime::default());
         }
         assert!(rx.stats().delay_decreases > 2, "{:?}", rx.stats());
         assert_eq!(rx.budget(), DEFAULT_MIN_BUDGET);
@@ -3896,7 +3977,7 @@ mod tests {
         // 2 ms above the base RTT: by the rules without a counter the receiver competes.
         let (mut rx, t, k) = a_read_on_a_port_of(1_000_000_000, 64 * 1024, &Policy::default());
         let us = Duration::from_micros;
-        rx.on_sample(t, k, us(50), Duration::ZERO);
+        rx.on_sample(t, k, us(50), HostTime::default());
         (rx.budget, rx.slow_start) = (COMPETE_FLOOR_FACTOR * rx.config.min_budget, false);
         // The reads' delivery rate says a fifth of the port (a host too busy to read).
         rx.rate = Some(25e6);
@@ -3908,7 +3989,7 @@ mod tests {
         assert!(rx.queue_is_ours());
         for _ in 0..2 * COMPETE_SAMPLES {
             now += us(100);
-            rx.on_sample(now, k, us(2_050), Duration::ZERO);
+            rx.on_sample(now, k, us(2_050), HostTime::default());
         }
         assert!(!rx.stats().competing);
         assert!(rx.stats().delay_holds > 0);
@@ -3918,7 +3999,7 @@ mod tests {
         assert!(!rx.queue_is_ours());
         for _ in 0..COMPETE_SAMPLES {
             now += us(100);
-            rx.on_sample(now, k, us(2_050), Duration::ZERO);
+            rx.on_sample(now, k, us(2_050), HostTime::default());
         }
         let st = rx.stats();
         assert!(st.competing && st.competing_entries == 1, "{st:?}");
@@ -3936,13 +4017,13 @@ mod tests {
         // floors, 48 KiB: it drains in 393 us, so the reads' own queue is at most that long.
         let (mut rx, t, k) = a_read_on_a_port_of(1_000_000_000, 64 * 1024, &Policy::default());
         let us = Duration::from_micros;
-        rx.on_sample(t, k, us(50), Duration::ZERO);
+        rx.on_sample(t, k, us(50), HostTime::default());
         rx.budget = 48 * 1024;
         let threshold = 393 + 2 * 200;
         let mut now = t;
         let mut sample = |rx: &mut Receiver, delay_us: u64| {
             now += us(100);
-            rx.on_sample(now, k, us(50 + delay_us), Duration::ZERO);
+            rx.on_sample(now, k, us(50 + delay_us), HostTime::default());
         };
         // The reads take the whole port: a long queue may be their own (a loaded host's
         // scheduling), and it does not count.
@@ -3992,7 +4073,7 @@ mod tests {
         let mut sample = |rx: &mut Receiver, delay_us: u64, empty_port: bool| {
             now += us(100);
             rx.empty_port_armed = empty_port;
-            rx.on_sample(now, k, us(50 + delay_us), Duration::ZERO);
+            rx.on_sample(now, k, us(50 + delay_us), HostTime::default());
             now
         };
         // Another read's first byte crossed the empty port within two targets ...

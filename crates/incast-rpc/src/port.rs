@@ -38,9 +38,9 @@ use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use incast_core::receiver::{FinishedRead, ReadKey, ReadOptions, Receiver, ReceiverConfig, ReceiverStats};
+use incast_core::receiver::{FinishedRead, HostTime, ReadKey, ReadOptions, Receiver, ReceiverConfig, ReceiverStats};
 use incast_core::Stripe;
 use incast_core::{Action, Delivery, EventError, GrantId, Policy, ReadError, RttEstimator, Scheduler, SchedulerStats};
 use tokio::sync::Notify;
@@ -426,20 +426,14 @@ impl ReadSched {
         }
     }
 
-    /// `n` more bytes of grant `id`; `host_time`: see [`Receiver::on_bytes_timed`] (a read
+    /// `n` more bytes of grant `id`; `host`: see [`Receiver::on_bytes_timed`] (a read
     /// scheduled alone has no delay rule, and ignores it).
-    pub(crate) fn on_bytes(
-        &mut self,
-        now: Instant,
-        id: GrantId,
-        n: u64,
-        host_time: Duration,
-    ) -> Result<Delivery, EventError> {
+    pub(crate) fn on_bytes(&mut self, now: Instant, id: GrantId, n: u64, host: HostTime) -> Result<Delivery, EventError> {
         match self {
             ReadSched::Own(s) => s.on_bytes(now, id, n),
             ReadSched::Shared(s) => {
                 let mut g = s.port.lock();
-                let r = g.rx.on_bytes_timed(now, s.key, id, n, host_time);
+                let r = g.rx.on_bytes_timed(now, s.key, id, n, host);
                 g.read_counter(now);
                 g.note_budget();
                 r

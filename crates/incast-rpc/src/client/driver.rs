@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use incast_core::{Action, Delivery, GrantId, GrantKind, Lane, ServerId, Stripe};
+use incast_core::{Action, Delivery, GrantId, GrantKind, HostTime, Lane, ServerId, Stripe};
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
@@ -153,7 +153,7 @@ enum Rx {
     Data {
         id: u64,
         left: u32,
-        host: Option<Duration>,
+        host: Option<HostTime>,
     },
     Control {
         header: Header,
@@ -853,7 +853,7 @@ impl<'a> Driver<'a> {
                 let n = s.received - start;
                 let fragment = s.fragment;
                 if n > 0 {
-                    if let Err(e) = self.sched.on_bytes(now, g, n, Duration::ZERO) {
+                    if let Err(e) = self.sched.on_bytes(now, g, n, HostTime::default()) {
                         self.fail_stream(g, format!("{server}: {e}"));
                         return Ok(());
                     }
@@ -1167,7 +1167,10 @@ impl<'a> Driver<'a> {
                         left: h.len,
                         host: match (h.hold(), c.waited.take()) {
                             (None, None) => None,
-                            (hold, waited) => Some(hold.unwrap_or_default() + waited.unwrap_or_default()),
+                            (hold, waited) => Some(HostTime {
+                                server: hold.unwrap_or_default(),
+                                client: waited.unwrap_or_default(),
+                            }),
                         },
                     },
                     Kind::End | Kind::Error | Kind::Length => Rx::Control {
