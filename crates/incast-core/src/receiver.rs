@@ -2620,7 +2620,10 @@ impl Receiver {
         });
         let round_trip = s - base;
         let served = s.saturating_sub(host.client);
-        if self.served_base.is_none_or(|(b, at)| served < b || now >= at + BASE_RTT_WINDOW) {
+        if self
+            .served_base
+            .is_none_or(|(b, at)| served < b || now >= at + BASE_RTT_WINDOW)
+        {
             self.served_base = Some((served, now));
         }
         let path = served.saturating_sub(host.server);
@@ -3850,7 +3853,11 @@ mod tests {
             if grants.is_empty() {
                 break;
             }
-            let (wait, host) = if first { (us(50), HostTime::default()) } else { (late, host) };
+            let (wait, host) = if first {
+                (us(50), HostTime::default())
+            } else {
+                (late, host)
+            };
             first = false;
             now += wait;
             for (k, g) in grants {

@@ -428,7 +428,13 @@ impl ReadSched {
 
     /// `n` more bytes of grant `id`; `host`: see [`Receiver::on_bytes_timed`] (a read
     /// scheduled alone has no delay rule, and ignores it).
-    pub(crate) fn on_bytes(&mut self, now: Instant, id: GrantId, n: u64, host: HostTime) -> Result<Delivery, EventError> {
+    pub(crate) fn on_bytes(
+        &mut self,
+        now: Instant,
+        id: GrantId,
+        n: u64,
+        host: HostTime,
+    ) -> Result<Delivery, EventError> {
         match self {
             ReadSched::Own(s) => s.on_bytes(now, id, n),
             ReadSched::Shared(s) => {
