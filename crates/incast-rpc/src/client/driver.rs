@@ -153,7 +153,7 @@ enum Rx {
     Data {
         id: u64,
         left: u32,
-        host: Option<HostTime>,
+        host: HostTime,
     },
     Control {
         header: Header,
@@ -1165,12 +1165,9 @@ impl<'a> Driver<'a> {
                     Kind::Data => Rx::Data {
                         id: h.id,
                         left: h.len,
-                        host: match (h.hold(), c.waited.take()) {
-                            (None, None) => None,
-                            (hold, waited) => Some(HostTime {
-                                server: hold.unwrap_or_default(),
-                                client: waited.unwrap_or_default(),
-                            }),
+                        host: HostTime {
+                            server: h.hold().unwrap_or_default(),
+                            client: c.waited.take().unwrap_or_default(),
                         },
                     },
                     Kind::End | Kind::Error | Kind::Length => Rx::Control {
@@ -1189,7 +1186,7 @@ impl<'a> Driver<'a> {
                 let done = *left == 0;
                 // The hosts' part of the grant's first-byte time (counted for its first
                 // bytes only).
-                let host_time = host.take().unwrap_or_default();
+                let host_time = std::mem::take(host);
                 let f = c.inflight.front_mut().expect("checked before reading");
                 if let Some(g) = f.grant {
                     let at = f.block_offset + f.received;

@@ -51,6 +51,7 @@ use std::io;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+use incast_core::HostTime;
 use tokio::sync::watch;
 
 use super::{abort_on_drop, fill_control, owes_only_cancelled, Conn, Rx, QUIET_RESET_AFTER};
@@ -202,7 +203,7 @@ fn drain_some(c: &mut Conn, scratch: &mut [u8]) -> Result<bool, String> {
                     Kind::Data if c.inflight.front().is_some_and(|f| f.req == h.id) => Rx::Data {
                         id: h.id,
                         left: h.len,
-                        host: None,
+                        host: HostTime::default(),
                     },
                     Kind::Data => return Err(format!("{server} sent data for request {} out of order", h.id)),
                     Kind::End | Kind::Error | Kind::Length => Rx::Control {
