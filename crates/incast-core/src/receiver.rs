@@ -278,6 +278,17 @@
 //! 96.0% against 95.8%; 12 at 100 Mbit/s: 97.5% both), rows of one read of 1024 x 4 KiB
 //! (CPU-bound) lower in three runs of four.
 //!
+//! Its busy time bridges the reads' short pauses ([`COUNTER_GAP_RTTS`]): between a grant's
+//! last byte and its replacement's first, the reads have nothing outstanding for about a
+//! round trip, and a read held to two grants pauses so at every pair. Its own bytes cannot
+//! tell the port's rate over such a pause (the port may idle), but the counter counts
+//! whatever the port passed, and the pause's time is in the sample, so a token bucket that
+//! filled over it adds no more than it held back. Without the bridge, beside 2 bulk flows
+//! at 2 Gbit/s, a read whose budget losses had taken to 8 KiB took no sample of the counter
+//! in a whole row, judged its starved share the whole port (149-285 Mbit/s, all of it its
+//! own) and let its floor follow that path: 0.12-0.16 of the line rate in 3 of 16 runs of
+//! one row (docs/measurements.md, *Thirty-seventh session*).
+//!
 //! What it does not know: traffic that reaches the interface by another path than the port
 //! of the reads (two uplinks, or a bottleneck further in the network shared with flows to
 //! other hosts) counts as the port's. Measured results: docs/measurements.md, *Thirty-first
@@ -926,6 +937,15 @@ pub const RATE_SAMPLE_SKIP: Duration = Duration::from_millis(1);
 /// 100 Mbit/s on the testbed, 1 sample in 500 read 115-145 Mbit/s (the 2-core client late
 /// to read its sockets), and the largest sample kept it for 10 s.
 pub const RATE_SAMPLE_MEDIAN: usize = 3;
+/// The longest pause of the reads' bytes, in smoothed RTTs, that the port's counter
+/// counts as busy time (2): between a grant's last byte and its replacement's first, the
+/// reads have nothing outstanding for about a round trip, and at a budget of two grants
+/// that is every grant. Counted as idle, it ended every busy period before the first round
+/// trip that a sample skips, and beside 2 bulk flows at 2 Gbit/s a read held to its 8 KiB
+/// budget took no sample of the counter in a whole row (docs/measurements.md,
+/// *Thirty-seventh session*). The pause's time counts too, so a token bucket that fills
+/// over it adds no more than it held back. See "The port's counter" in the module docs.
+pub const COUNTER_GAP_RTTS: u32 = 2;
 /// A port that received no byte and issued no new grant for this long while bytes were
 /// outstanding stops counting those bytes against its budget (250 ms: longer than a kernel
 /// RTO of 200 ms and its retransmission, shorter than any read deadline worth having). See
@@ -1580,6 +1600,10 @@ pub struct Receiver {
     /// whether bytes were still outstanding after it.
     busy_since: Option<Instant>,
     busy_last: Option<(Instant, bool)>,
+    /// When the port's busy period began as the port's counter sees it: as `busy_since`,
+    /// but a pause of the reads' bytes no longer than [`COUNTER_GAP_RTTS`] smoothed RTTs
+    /// (a grant's replacement on its way) does not end it (see "The port's counter").
+    counter_busy_since: Option<Instant>,
     /// Bytes of the receiver's grants that arrived, duplicates included (what its port
     /// passed for it).
     arrived: u64,
@@ -1685,6 +1709,7 @@ impl Receiver {
             rate_window: None,
             busy_since: None,
             busy_last: None,
+            counter_busy_since: None,
             arrived: 0,
             counter_at: None,
             counter_own: 0,
@@ -2060,8 +2085,12 @@ impl Receiver {
         }
         // The whole interval was busy: bytes outstanding since at least one smoothed RTT
         // and RATE_SAMPLE_SKIP before it began (no token bucket's burst after an idle port
-        // in it), and still outstanding after the last arrival and now.
-        let busy = self.outstanding > 0 && self.busy_last.is_some_and(|(_, out)| out) && self.busy_settled_by(then);
+        // in it), and still outstanding now, pauses of a grant's replacement bridged (see
+        // COUNTER_GAP_RTTS).
+        let busy = self.counter_busy(now)
+            && self
+                .counter_busy_since
+                .is_some_and(|since| since + self.busy_skip() <= then);
         if !busy {
             return;
         }
@@ -2806,7 +2835,20 @@ impl Receiver {
             }
             _ => self.busy_since = Some(now),
         }
+        if self.counter_busy_since.is_none() || !self.counter_busy(now) {
+            self.counter_busy_since = Some(now);
+        }
         self.busy_last = Some((now, self.outstanding > 0));
+    }
+
+    /// Whether the port's busy period goes on at `now` as its counter sees it: bytes
+    /// outstanding after the last arrival and still now, or the last arrival at most
+    /// [`COUNTER_GAP_RTTS`] smoothed RTTs ago (a grant's replacement on its way).
+    fn counter_busy(&self, now: Instant) -> bool {
+        self.busy_last.is_some_and(|(last, out)| {
+            (out && self.outstanding > 0)
+                || now.saturating_duration_since(last) <= self.sample_srtt() * COUNTER_GAP_RTTS
+        })
     }
 
     /// The smoothed RTT that sizes the busy-time samples ([`RATE_INTERVAL`] before one).
@@ -2818,8 +2860,13 @@ impl Receiver {
     /// [`RATE_SAMPLE_SKIP`] before `at`: busy time from then on holds no token bucket's
     /// burst after an idle port (the rule both kinds of busy-time sample follow).
     fn busy_settled_by(&self, at: Instant) -> bool {
-        let skip = self.sample_srtt().max(RATE_SAMPLE_SKIP);
-        self.busy_since.is_some_and(|since| since + skip <= at)
+        self.busy_since.is_some_and(|since| since + self.busy_skip() <= at)
+    }
+
+    /// What a busy period's start leaves out of the port's rate: one smoothed RTT, and at
+    /// least [`RATE_SAMPLE_SKIP`].
+    fn busy_skip(&self) -> Duration {
+        self.sample_srtt().max(RATE_SAMPLE_SKIP)
     }
 
     /// The port's rate as far as this receiver knows: the user's hint, else the largest
@@ -4135,7 +4182,36 @@ mod tests {
     /// port passes in every tick (bulk flows with a standing queue), and with `counter` the
     /// port's receive counter, of both, read every tick ([`Receiver::on_port_bytes`]).
     fn rate_known(rate: f64, bucket: f64, tick_us: u64, ms: u64, others: f64, counter: bool) -> f64 {
-        let mut rx = Receiver::new(ReceiverConfig::default());
+        let rx = port_with_others(
+            ReceiverConfig::default(),
+            rate,
+            bucket,
+            tick_us,
+            ms,
+            others,
+            counter,
+            50,
+        );
+        rx.stats().link_rate_bytes_per_sec.expect("a rate")
+    }
+
+    /// A receiver after `ms` of back-to-back reads of 16 x 4 KiB through a port of `rate`
+    /// bytes per second behind a token bucket of `bucket` bytes, stepped every `tick_us`,
+    /// where other traffic takes `others` of what the port passes, each grant's first byte
+    /// ready `latency_us` after its request (the request's way and the server), and the port's
+    /// receive counter read every tick if `counter`.
+    #[allow(clippy::too_many_arguments)]
+    fn port_with_others(
+        config: ReceiverConfig,
+        rate: f64,
+        bucket: f64,
+        tick_us: u64,
+        ms: u64,
+        others: f64,
+        counter: bool,
+        latency_us: u64,
+    ) -> Receiver {
+        let mut rx = Receiver::new(config);
         let mut received = 0u64;
         let t = Instant::now();
         let stripe = Stripe::fixed_sru("a", &servers(16), 4 * 1024).unwrap();
@@ -4152,7 +4228,7 @@ mod tests {
                 read = Some(rx.start_read(now, &stripe, &Policy::default(), seed, ReadOptions::default()));
                 next_read = None;
             }
-            let ready_at = now + Duration::from_micros(50);
+            let ready_at = now + Duration::from_micros(latency_us);
             queue.extend(requests(&mut rx, now).into_iter().map(|(k, g)| (k, g, ready_at, 0)));
             now += Duration::from_micros(tick_us);
             let mut can = tokens + rate * tick_us as f64 / 1e6;
@@ -4180,7 +4256,63 @@ mod tests {
                 next_read = Some(now + Duration::from_micros(200));
             }
         }
-        rx.stats().link_rate_bytes_per_sec.expect("a rate")
+        rx
+    }
+
+    #[test]
+    fn a_read_held_to_two_grants_still_samples_the_ports_counter() {
+        // A 2 Gbit/s port where other traffic takes 85%, and a budget of two 4 KiB grants
+        // whose bytes interleave at the port (two servers sending at once) and whose first
+        // bytes come 300 us after their requests. Each pair ends before its replacements
+        // are granted (the `End` frames come after the data), so the reads have nothing
+        // outstanding for a round trip at every pair. The counter must still read the whole
+        // port: on the testbed (2 bulk flows at 2 Gbit/s) such a read took no sample of it
+        // in a whole row and knew the port at 149-285 Mbit/s.
+        let rate = 250e6;
+        let config = ReceiverConfig::builder()
+            .initial_budget(8 * 1024)
+            .min_budget(8 * 1024)
+            .max_budget(8 * 1024)
+            .build()
+            .unwrap();
+        let mut rx = Receiver::new(config);
+        let t = Instant::now();
+        let us = Duration::from_micros;
+        let stripe = Stripe::fixed_sru("a", &servers(16), 1 << 20).unwrap();
+        let k = rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
+        let (mut now, mut next_reading) = (t, t);
+        // The reads get 15% of the port: a 4 KiB pair in 218 us, in pieces of 512 bytes.
+        let piece = 512u64;
+        let per_piece = us((2 * piece * 1_000_000) / (rate as u64 * 15 / 100));
+        while now < t + Duration::from_millis(300) {
+            let grants: Vec<_> = requests(&mut rx, now).into_iter().map(|(_, g)| g).collect();
+            assert!(!grants.is_empty(), "no grant at {:?}", now - t);
+            now += us(300);
+            let mut got = vec![0u64; grants.len()];
+            while got.iter().zip(&grants).any(|(n, g)| *n < g.len) {
+                for (n, g) in got.iter_mut().zip(&grants) {
+                    let m = piece.min(g.len - *n);
+                    if m > 0 {
+                        rx.on_bytes(now, k, g.id, m).unwrap();
+                        *n += m;
+                    }
+                }
+                now += per_piece;
+                // The transport reads the counter as bytes arrive, at most once a millisecond.
+                if now >= next_reading {
+                    rx.on_port_bytes(now, (rate * (now - t).as_secs_f64()) as u64);
+                    next_reading = now + Duration::from_millis(1);
+                }
+            }
+            now += us(20);
+            for g in &grants {
+                rx.on_done(now, k, g.id).unwrap();
+            }
+        }
+        let st = rx.stats();
+        assert!(st.counter_samples > 0, "no sample of the counter");
+        let known = st.link_rate_bytes_per_sec.unwrap();
+        assert!((0.8 * rate..=1.1 * rate).contains(&known), "{known:.0} B/s");
     }
 
     #[test]
