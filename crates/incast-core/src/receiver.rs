@@ -285,9 +285,10 @@
 //! whatever the port passed, and the pause's time is in the sample, so a token bucket that
 //! filled over it adds no more than it held back. Without the bridge, beside 2 bulk flows
 //! at 2 Gbit/s, a read whose budget losses had taken to 8 KiB took no sample of the counter
-//! in a whole row, judged its starved share the whole port (149-285 Mbit/s, all of it its
-//! own) and let its floor follow that path: 0.12-0.16 of the line rate in 3 of 16 runs of
-//! one row (docs/measurements.md, *Thirty-seventh session*).
+//! in a whole row, judged its starved share the whole port (85-617 Mbit/s, all of it its
+//! own) and let its floor follow that path: 0.12-0.28 of the line rate in 8 of 44 runs of
+//! one row, none under 1/3 in 16 runs with it (docs/measurements.md, *Thirty-seventh
+//! session*).
 //!
 //! What it does not know: traffic that reaches the interface by another path than the port
 //! of the reads (two uplinks, or a bottleneck further in the network shared with flows to
