@@ -4183,36 +4183,7 @@ mod tests {
     /// port passes in every tick (bulk flows with a standing queue), and with `counter` the
     /// port's receive counter, of both, read every tick ([`Receiver::on_port_bytes`]).
     fn rate_known(rate: f64, bucket: f64, tick_us: u64, ms: u64, others: f64, counter: bool) -> f64 {
-        let rx = port_with_others(
-            ReceiverConfig::default(),
-            rate,
-            bucket,
-            tick_us,
-            ms,
-            others,
-            counter,
-            50,
-        );
-        rx.stats().link_rate_bytes_per_sec.expect("a rate")
-    }
-
-    /// A receiver after `ms` of back-to-back reads of 16 x 4 KiB through a port of `rate`
-    /// bytes per second behind a token bucket of `bucket` bytes, stepped every `tick_us`,
-    /// where other traffic takes `others` of what the port passes, each grant's first byte
-    /// ready `latency_us` after its request (the request's way and the server), and the port's
-    /// receive counter read every tick if `counter`.
-    #[allow(clippy::too_many_arguments)]
-    fn port_with_others(
-        config: ReceiverConfig,
-        rate: f64,
-        bucket: f64,
-        tick_us: u64,
-        ms: u64,
-        others: f64,
-        counter: bool,
-        latency_us: u64,
-    ) -> Receiver {
-        let mut rx = Receiver::new(config);
+        let mut rx = Receiver::new(ReceiverConfig::default());
         let mut received = 0u64;
         let t = Instant::now();
         let stripe = Stripe::fixed_sru("a", &servers(16), 4 * 1024).unwrap();
@@ -4229,7 +4200,7 @@ mod tests {
                 read = Some(rx.start_read(now, &stripe, &Policy::default(), seed, ReadOptions::default()));
                 next_read = None;
             }
-            let ready_at = now + Duration::from_micros(latency_us);
+            let ready_at = now + Duration::from_micros(50);
             queue.extend(requests(&mut rx, now).into_iter().map(|(k, g)| (k, g, ready_at, 0)));
             now += Duration::from_micros(tick_us);
             let mut can = tokens + rate * tick_us as f64 / 1e6;
@@ -4257,7 +4228,7 @@ mod tests {
                 next_read = Some(now + Duration::from_micros(200));
             }
         }
-        rx
+        rx.stats().link_rate_bytes_per_sec.expect("a rate")
     }
 
     #[test]
