@@ -2068,6 +2068,15 @@ impl Receiver {
         Ok(())
     }
 
+    /// Grant `id` of read `read` lost its connection. See [`Scheduler::on_lost`].
+    pub fn on_lost(&mut self, now: Instant, read: ReadKey, id: GrantId) -> Result<(), EventError> {
+        let r = self.read_mut(read).ok_or(EventError::UnknownRead { read })?;
+        r.sched.on_lost(now, id)?;
+        self.sync(now, read);
+        self.debug_check();
+        Ok(())
+    }
+
     /// The port's receive counter read `received` bytes at `now`: every byte the client's
     /// network interface received, of every flow through its port (Linux's `rx_bytes`).
     /// Optional; the transport calls it now and then (incast-rpc: at most once a

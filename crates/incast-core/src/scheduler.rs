@@ -187,7 +187,8 @@ pub enum GrantKind {
     Next,
     /// A replacement for a grant that stalled for an RTO.
     Hedge,
-    /// A replacement for a grant that failed, on a replica.
+    /// A replacement for a grant that failed, on a replica; or on the same server, for a
+    /// grant whose connection was lost ([`Scheduler::on_lost`]).
     Retry,
 }
 
@@ -390,7 +391,15 @@ pub struct SchedulerStats {
     /// expected arrival, so the port stopped counting their bytes until they progressed (see
     /// "Late grants leave the budget" in [`crate::receiver`]).
     pub late_grants: u64,
+    /// Grants whose connection broke on their fragment's last server and that were asked of
+    /// it again instead of failing the read ([`Scheduler::on_lost`]).
+    pub lost_retries: u64,
 }
+
+/// How many lost connections of one fragment's last server [`Scheduler::on_lost`] answers
+/// by asking that server again before the read fails (1): one reset is a connection lost,
+/// a second one on the same fragment a server failing.
+pub const LOST_CONNECTION_RETRIES: u8 = 1;
 
 /// Bytes of a grant that must arrive (or its last byte) before they count as progress and
 /// push back its stall timer (see the module docs: a trickle is not progress). One Ethernet
@@ -616,6 +625,10 @@ struct Frag {
     /// The length is known (always, but for a fragment of unknown length before
     /// [`Scheduler::on_length`]; `len` is then its maximum).
     known: bool,
+    /// Lost connections whose ranges of this fragment were asked again of the same server
+    /// ([`Scheduler::on_lost`]), and when the last one was reported.
+    lost_retries: u8,
+    lost_at: Option<Instant>,
 }
 
 impl Frag {
@@ -834,6 +847,8 @@ impl Scheduler {
                 in_ready: false,
                 in_urgent: false,
                 known: f.known_len().is_some() || f.is_empty(),
+                lost_retries: 0,
+                lost_at: None,
             });
         }
         let block_len = stripe.block_len();
@@ -1236,6 +1251,51 @@ impl Scheduler {
                 }
             }
         }
+        self.requeue(live.frag);
+        self.debug_check();
+        Ok(())
+    }
+
+    /// Grant `id`'s connection broke before its response ended: the peer reset or closed
+    /// it, or a read or write on it failed. Where its fragment has a route not yet failed
+    /// (a replica), this is [`Scheduler::on_failed`]. On the fragment's last server the
+    /// range is asked of that server again (the transport opens a new connection for it),
+    /// at most [`LOST_CONNECTION_RETRIES`] times per fragment, before the read fails naming
+    /// the server: one lost connection is not a failed server. Grants reported lost at the
+    /// same `now` lost one connection together and share one retry. A server that answers
+    /// wrongly (a bad frame, a bad checksum, an `Error` frame) is [`Scheduler::on_failed`].
+    /// Late or cancelled ids are ignored.
+    ///
+    /// Why: on the testbed, with no replica, one connection reset at a 500 Mbit/s port
+    /// behind an 8 KiB buffer (`Connection reset by peer` reading a 128 KiB fragment) had
+    /// failed a whole 16 MiB read (docs/measurements.md, *Thirty-eighth session*).
+    pub fn on_lost(&mut self, now: Instant, id: GrantId) -> Result<(), EventError> {
+        let Some(live) = self.slot_of(id)? else {
+            return Ok(());
+        };
+        let (f, route) = (live.frag as usize, live.route);
+        let frag = &self.frags[f];
+        let same_loss = frag.lost_at == Some(now);
+        let elsewhere = (0..frag.routes_len).any(|r| r != route && frag.failed_routes & (1 << r) == 0);
+        let failed = frag.failed_routes & (1 << route) != 0;
+        if failed || (!same_loss && (elsewhere || frag.lost_retries >= LOST_CONNECTION_RETRIES)) {
+            return self.on_failed(now, id);
+        }
+        let frag = &mut self.frags[f];
+        if !same_loss {
+            frag.lost_retries += 1;
+            frag.lost_at = Some(now);
+        }
+        self.stats.failures += 1;
+        self.stats.lost_retries += 1;
+        let live = self.release(id);
+        self.frags[f].holes.push(Hole {
+            start: live.start,
+            len: live.len,
+            kind: GrantKind::Retry,
+            orig: None,
+            moves: live.moves,
+        });
         self.requeue(live.frag);
         self.debug_check();
         Ok(())
@@ -2827,6 +2887,75 @@ mod tests {
         assert_eq!(s.stats().hedges, 1, "second hedge would exceed the 1500-byte budget");
         assert_eq!(s.stats().hedges_denied, 3);
         assert!(gaps[3] > gaps[1], "backoff grows: {gaps:?}");
+    }
+
+    #[test]
+    fn a_lost_connection_asks_the_last_server_again_once() {
+        let stripe = Stripe::fixed_sru("k", &servers(4), 1_000).unwrap();
+        let whole = Policy::builder().grant_size(GrantSize::Whole).build().unwrap();
+        let mut s = Scheduler::new(&stripe, &whole, 1);
+        let t = Instant::now();
+        let gs = requests(&mut s, t);
+        assert_eq!(gs.len(), 4);
+        // The connection to server 2 resets mid-response: the range goes to server 2 again.
+        s.on_bytes(t, gs[2].id, 400).unwrap();
+        s.on_lost(t, gs[2].id).unwrap();
+        assert!(!s.is_finished());
+        let again = requests(&mut s, t);
+        assert_eq!(again.len(), 1, "{again:?}");
+        assert_eq!((again[0].server, again[0].fragment), (ServerId(2), 2));
+        assert_eq!(again[0].kind, GrantKind::Retry);
+        assert_eq!(s.stats().lost_retries, 1);
+        // The others complete; the retry is lost too, a second loss: the read fails naming
+        // the server, as a failure would.
+        for g in [&gs[0], &gs[1], &gs[3]] {
+            finish(&mut s, g, t);
+        }
+        let later = t + Duration::from_millis(1);
+        s.on_lost(later, again[0].id).unwrap();
+        assert_eq!(
+            s.error(),
+            Some(&ReadError::ServerFailed {
+                fragment: 2,
+                server: ServerId(2),
+                tried: vec![ServerId(2)]
+            })
+        );
+        s.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn grants_lost_with_one_connection_share_one_retry_and_a_replica_takes_a_loss() {
+        // Two chunks of one fragment on one connection, lost at the same instant: one loss,
+        // both asked again of the same server.
+        let stripe = Stripe::fixed_sru("k", &servers(1), 4_000).unwrap();
+        let chunked = Policy::builder()
+            .grant_size(GrantSize::Chunk { bytes: 1_000 })
+            .pipeline_depth(2)
+            .build()
+            .unwrap();
+        let mut s = Scheduler::new(&stripe, &chunked, 1);
+        let t = Instant::now();
+        let gs = requests(&mut s, t);
+        assert_eq!(gs.len(), 2, "{gs:?}");
+        for g in &gs {
+            s.on_lost(t, g.id).unwrap();
+        }
+        assert!(!s.is_finished(), "{:?}", s.error());
+        let again = requests(&mut s, t);
+        assert_eq!(again.len(), 2, "{again:?}");
+        assert!(again
+            .iter()
+            .all(|g| g.server == ServerId(0) && g.kind == GrantKind::Retry));
+        assert_eq!(s.stats().lost_retries, 2);
+        // With a replica the loss moves the range there, as a failure does.
+        let mut r = replicated(1_000, None, 0);
+        let g = requests(&mut r, t);
+        assert_eq!(g.len(), 1);
+        r.on_lost(t, g[0].id).unwrap();
+        let moved = requests(&mut r, t);
+        assert_eq!(moved.len(), 1);
+        assert_eq!((moved[0].server, r.stats().lost_retries), (ServerId(1), 0));
     }
 
     #[test]

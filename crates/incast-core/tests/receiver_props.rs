@@ -114,6 +114,7 @@ enum Op {
     Bytes { pick: u16, frac: u8 },
     Done { pick: u16 },
     Fail { pick: u16 },
+    Lost { pick: u16 },
     LateBytes { pick: u16 },
     Advance { us: u32 },
     Silence { ms: u32 },
@@ -127,6 +128,7 @@ fn op() -> impl Strategy<Value = Op> {
         6 => (any::<u16>(), 1u8..=255).prop_map(|(pick, frac)| Op::Bytes { pick, frac }),
         5 => any::<u16>().prop_map(|pick| Op::Done { pick }),
         1 => any::<u16>().prop_map(|pick| Op::Fail { pick }),
+        1 => any::<u16>().prop_map(|pick| Op::Lost { pick }),
         1 => any::<u16>().prop_map(|pick| Op::LateBytes { pick }),
         3 => (0u32..=3_000).prop_map(|us| Op::Advance { us }),
         1 => (100u32..=400).prop_map(|ms| Op::Silence { ms }),
@@ -411,6 +413,27 @@ impl Harness {
         Ok(())
     }
 
+    /// The grant's connection is lost: every live grant of its read on the same server goes
+    /// with it, at the same instant (one lost connection). Once a loss has failed the read,
+    /// the rest are left to the cancels it issued (a transport's later reports of them are
+    /// ignored, as for late ids).
+    fn lose(&mut self, i: usize) -> Result<(), TestCaseError> {
+        let (read, server) = (self.live[i].read, self.live[i].server);
+        let mut k = 0;
+        while k < self.live.len() && self.rx.is_finished(read) != Some(true) {
+            if self.live[k].read == read && self.live[k].server == server {
+                let l = self.live.remove(k);
+                self.rx
+                    .on_lost(self.now, l.read, l.id)
+                    .map_err(|e| TestCaseError::fail(format!("lost: {e}")))?;
+                self.dead.push(l);
+            } else {
+                k += 1;
+            }
+        }
+        Ok(())
+    }
+
     fn drop_read(&mut self, read: ReadKey) -> Result<(), TestCaseError> {
         prop_assert!(self.rx.finish_read(read).is_some());
         prop_assert!(self.rx.finish_read(read).is_none(), "a read ends once");
@@ -567,6 +590,9 @@ proptest! {
                 }
                 Op::Fail { pick: p } => {
                     if let Some(i) = pick(&h, p, &|_| true) { h.fail(i)?; }
+                }
+                Op::Lost { pick: p } => {
+                    if let Some(i) = pick(&h, p, &|_| true) { h.lose(i)?; }
                 }
                 Op::LateBytes { pick: p } => {
                     if !h.dead.is_empty() {
