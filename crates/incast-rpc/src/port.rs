@@ -499,6 +499,19 @@ impl ReadSched {
         }
     }
 
+    /// See [`Scheduler::on_lost`].
+    pub(crate) fn on_lost(&mut self, now: Instant, id: GrantId) -> Result<(), EventError> {
+        match self {
+            ReadSched::Own(s) => s.on_lost(now, id),
+            ReadSched::Shared(s) => {
+                let mut g = s.port.lock();
+                let r = g.rx.on_lost(now, s.key, id);
+                g.note_budget();
+                r
+            }
+        }
+    }
+
     /// Whether the port's servers reported loss lately (`Receiver::is_lossy`). A read alone
     /// does not track reported loss: always false.
     pub(crate) fn port_is_lossy(&self, now: Instant) -> bool {

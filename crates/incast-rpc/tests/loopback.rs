@@ -138,6 +138,81 @@ async fn a_server_killed_mid_read_is_named_within_the_deadline() {
     assert!(took < Duration::from_secs(5), "{took:?}");
 }
 
+/// A proxy in front of `server` whose first connection is reset (SO_LINGER 0: the kernel
+/// sends RST) once `after` bytes of the server's answers went through it; later
+/// connections pass whole. Returns its address.
+async fn resetting_proxy(server: std::net::SocketAddr, after: usize) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut first = true;
+        while let Ok((mut client, _)) = listener.accept().await {
+            let Ok(mut upstream) = TcpStream::connect(server).await else {
+                return;
+            };
+            let reset = std::mem::take(&mut first);
+            if reset {
+                socket2::SockRef::from(&client)
+                    .set_linger(Some(Duration::ZERO))
+                    .unwrap();
+            }
+            tokio::spawn(async move {
+                let (mut up, mut down) = (vec![0u8; 16 * 1024], vec![0u8; 16 * 1024]);
+                let mut sent = 0;
+                loop {
+                    tokio::select! {
+                        r = client.read(&mut up) => match r {
+                            Ok(n) if n > 0 => {
+                                if upstream.write_all(&up[..n]).await.is_err() {
+                                    break;
+                                }
+                            }
+                            _ => break,
+                        },
+                        r = upstream.read(&mut down) => match r {
+                            Ok(n) if n > 0 => {
+                                let n = if reset { n.min(after - sent) } else { n };
+                                if client.write_all(&down[..n]).await.is_err() {
+                                    break;
+                                }
+                                sent += n;
+                                // Dropped with SO_LINGER 0: a reset, not a FIN.
+                                if reset && sent >= after {
+                                    break;
+                                }
+                            }
+                            _ => break,
+                        },
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_reset_mid_response_is_asked_again_of_the_same_server() {
+    // Server 1 has no replica; the first connection to it is reset after 100 KB of its
+    // 256 KiB answer. The read asks server 1 again on a new connection and completes,
+    // byte-exact, where it used to fail naming server 1.
+    let lens = vec![256 * 1024; 4];
+    let c = cluster(&lens, &[], ClientConfig::default()).await;
+    let mut addrs: Vec<_> = c.servers.iter().map(|h| h.local_addr()).collect();
+    addrs[1] = resetting_proxy(addrs[1], 100_000).await;
+    let client = Client::with_config(
+        addrs.iter().enumerate().map(|(i, a)| (ServerId(i as u32), *a)),
+        ClientConfig::default(),
+    );
+    let whole = Policy::builder().grant_size(GrantSize::Whole).build().unwrap();
+    let out = client.fan_in_read(&stripe_of(&lens), &whole).await.unwrap();
+    assert_eq!(out.block, expected(&lens));
+    assert!(out.report.fragments[1].grants >= 2, "{:?}", out.report.fragments[1]);
+    for s in c.servers {
+        s.shutdown().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_server_times_out_naming_it_and_a_replica_rescues_the_read() {
     let lens = vec![64 * 1024; 4];

@@ -330,6 +330,9 @@ enum Outcome {
     Idle,
     /// The connection is unusable; the string says why.
     Broken(String),
+    /// The connection was lost (reset or closed by the peer, a failed read): its requests
+    /// may be asked again of the same server ([`Scheduler::on_lost`](incast_core::Scheduler::on_lost)).
+    Lost(String),
     /// The read cannot go on (a server refused this client's certificate).
     Fatal(FanInError),
 }
@@ -433,7 +436,7 @@ impl<'a> Driver<'a> {
                         // would spin. Its requests fail and are retried on a new connection.
                         Err(e) => {
                             let why = format!("waiting on {} at {}: {e}", self.conns[i].server, self.conns[i].addr);
-                            self.break_conn(i, why);
+                            self.lose_conn(i, why);
                         }
                     }
                 }
@@ -1023,7 +1026,9 @@ impl<'a> Driver<'a> {
                 match sent.and_then(|()| tls.try_flush(&c.stream)) {
                     Ok(()) => return,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => sent = c.stream.writable().await,
-                    Err(e) => return self.break_conn(i, format!("writing to {}: {e}", self.conns[i].server)),
+                    Err(e) => {
+                        return self.end_conn(i, format!("writing to {}: {e}", self.conns[i].server), is_lost(&e))
+                    }
                 }
             }
         }
@@ -1033,10 +1038,10 @@ impl<'a> Driver<'a> {
                 Ok(n) => written += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     if let Err(e) = c.stream.writable().await {
-                        return self.break_conn(i, format!("writing to {}: {e}", self.conns[i].server));
+                        return self.end_conn(i, format!("writing to {}: {e}", self.conns[i].server), is_lost(&e));
                     }
                 }
-                Err(e) => return self.break_conn(i, format!("writing to {}: {e}", self.conns[i].server)),
+                Err(e) => return self.end_conn(i, format!("writing to {}: {e}", self.conns[i].server), is_lost(&e)),
             }
         }
         c.out.clear();
@@ -1080,6 +1085,7 @@ impl<'a> Driver<'a> {
             }
             Outcome::Idle => {}
             Outcome::Broken(why) => self.break_conn(i, why),
+            Outcome::Lost(why) => self.lose_conn(i, why),
             Outcome::Fatal(e) => {
                 self.break_conn(i, e.to_string());
                 self.fatal.get_or_insert(e);
@@ -1132,12 +1138,13 @@ impl<'a> Driver<'a> {
                 }
             };
             let n = match r {
-                Ok(0) => return Outcome::Broken(format!("{server} closed the connection")),
+                Ok(0) => return Outcome::Lost(format!("{server} closed the connection")),
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Outcome::Idle,
                 Err(e) => {
                     return match refused(&e, server, self.conns[i].addr) {
                         Some(fatal) => Outcome::Fatal(fatal),
+                        None if is_lost(&e) => Outcome::Lost(format!("reading from {server}: {e}")),
                         None => Outcome::Broken(format!("reading from {server}: {e}")),
                     }
                 }
@@ -1524,17 +1531,33 @@ impl<'a> Driver<'a> {
 
     /// Marks connection `i` unusable and fails every live request on it.
     fn break_conn(&mut self, i: usize, why: String) {
+        self.end_conn(i, why, false);
+    }
+
+    /// Marks connection `i` unusable; its live requests are lost with it, not failed: the
+    /// scheduler may ask their server again ([`Scheduler::on_lost`](incast_core::Scheduler::on_lost)).
+    fn lose_conn(&mut self, i: usize, why: String) {
+        self.end_conn(i, why, true);
+    }
+
+    /// Marks connection `i` unusable and reports every live request on it as `lost` (the
+    /// connection went) or failed (the server answered wrongly, or left the client).
+    fn end_conn(&mut self, i: usize, why: String, lost: bool) {
         let now = Instant::now();
         let c = &mut self.conns[i];
         c.broken = true;
-        let lost: Vec<GrantId> = c.inflight.drain(..).filter_map(|f| f.grant).collect();
-        if !lost.is_empty() {
-            crate::trace::event!(debug, server = %c.server, requests = lost.len(), cause = %why, "connection lost");
+        let gone: Vec<GrantId> = c.inflight.drain(..).filter_map(|f| f.grant).collect();
+        if !gone.is_empty() {
+            crate::trace::event!(debug, server = %c.server, requests = gone.len(), cause = %why, "connection lost");
             self.last_cause = why;
         }
-        for g in lost {
+        for g in gone {
             self.grant_conn.remove(&g);
-            let _ = self.sched.on_failed(now, g);
+            let _ = if lost {
+                self.sched.on_lost(now, g)
+            } else {
+                self.sched.on_failed(now, g)
+            };
         }
     }
 
@@ -1572,6 +1595,16 @@ impl<'a> Driver<'a> {
             drain::start(c, home);
         }
     }
+}
+
+/// Whether `e` says the connection went (reset, aborted, closed under a write, cut short)
+/// rather than that its peer said something wrong: its requests may be asked again.
+fn is_lost(e: &io::Error) -> bool {
+    use io::ErrorKind::*;
+    matches!(
+        e.kind(),
+        ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof | NotConnected | TimedOut
+    )
 }
 
 /// Makes the socket's close an abort (SO_LINGER 0: the kernel sends a reset). For a
