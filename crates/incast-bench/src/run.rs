@@ -204,9 +204,15 @@ pub struct Measurement {
     pub quic_lost_packets: u64,
     /// CPU seconds this process (client and in-process servers) spent per GiB of goodput.
     pub cpu_s_per_gib: f64,
-    /// Share of the whole machine's CPU time that was busy during the measured reads
-    /// (0..=1, every core, the testbed's kernel work included): 1 minus the headroom.
+    /// Share of the whole machine's CPU time that its own work kept busy during the
+    /// measured reads (0..=1, every core, the testbed's kernel work included; steal not
+    /// included): 1 minus the headroom.
     pub machine_cpu_busy: f64,
+    /// Share of the whole machine's CPU time a hypervisor took from it during the measured
+    /// reads (0..=1, /proc/stat's steal; 0 on bare metal). Where it is more than a few
+    /// percent, the row measured a slow spell of the host (on the 2-core VM such spells
+    /// doubled the CPU per GiB of a row and halved its goodput): run it again.
+    pub machine_cpu_steal: f64,
     /// Blocks during which at least one kernel RTO fired.
     pub blocks_with_rto: u32,
     /// Fraction of completed blocks without a kernel RTO.
@@ -706,7 +712,9 @@ pub async fn measure(
         return Err(corrupt(x));
     }
     let cpu = crate::cpu::process_cpu().saturating_sub(cpu_before);
-    m.machine_cpu_busy = crate::cpu::busy_fraction(ticks_before, crate::cpu::machine_ticks()).unwrap_or(0.0);
+    let ticks_after = crate::cpu::machine_ticks();
+    m.machine_cpu_busy = crate::cpu::busy_fraction(ticks_before, ticks_after).unwrap_or(0.0);
+    m.machine_cpu_steal = crate::cpu::steal_fraction(ticks_before, ticks_after).unwrap_or(0.0);
     let bytes = bytes.get();
     if bytes > 0 {
         m.cpu_s_per_gib = cpu.as_secs_f64() / (bytes as f64 / (1u64 << 30) as f64);
