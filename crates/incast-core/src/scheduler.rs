@@ -596,6 +596,19 @@ struct Hole {
     moves: u8,
 }
 
+impl Hole {
+    /// The whole range of released grant `live`, to be granted again as a retry.
+    fn retry_of(live: &Live) -> Self {
+        Hole {
+            start: live.start,
+            len: live.len,
+            kind: GrantKind::Retry,
+            orig: None,
+            moves: live.moves,
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 struct Frag {
     len: u64,
@@ -1223,13 +1236,7 @@ impl Scheduler {
         let f = live.frag as usize;
         let frag = &mut self.frags[f];
         frag.failed_routes |= 1 << live.route;
-        frag.holes.push(Hole {
-            start: live.start,
-            len: live.len,
-            kind: GrantKind::Retry,
-            orig: None,
-            moves: live.moves,
-        });
+        frag.holes.push(Hole::retry_of(&live));
         if frag.failed_routes & (1 << frag.route) != 0 {
             match next_route(frag, |_| true) {
                 Some(route) => {
@@ -1289,13 +1296,7 @@ impl Scheduler {
         self.stats.failures += 1;
         self.stats.lost_retries += 1;
         let live = self.release(id);
-        self.frags[f].holes.push(Hole {
-            start: live.start,
-            len: live.len,
-            kind: GrantKind::Retry,
-            orig: None,
-            moves: live.moves,
-        });
+        self.frags[f].holes.push(Hole::retry_of(&live));
         self.requeue(live.frag);
         self.debug_check();
         Ok(())
@@ -2055,14 +2056,7 @@ impl Scheduler {
                     lane: live.lane,
                 });
                 // Never granted again (the read is over), but accounted for.
-                let hole = Hole {
-                    start: live.start,
-                    len: live.len,
-                    kind: GrantKind::Retry,
-                    orig: None,
-                    moves: live.moves,
-                };
-                self.frags[live.frag as usize].holes.push(hole);
+                self.frags[live.frag as usize].holes.push(Hole::retry_of(&live));
             }
         }
         while self.pop_queue(Queue::Urgent).is_some() {}
