@@ -1283,7 +1283,7 @@ impl Scheduler {
         let (f, route) = (live.frag as usize, live.route);
         let frag = &self.frags[f];
         let same_loss = frag.lost_at == Some(now);
-        let elsewhere = (0..frag.routes_len).any(|r| r != route && frag.failed_routes & (1 << r) == 0);
+        let elsewhere = next_route(frag, |r| r != route).is_some();
         let failed = frag.failed_routes & (1 << route) != 0;
         if failed || (!same_loss && (elsewhere || frag.lost_retries >= LOST_CONNECTION_RETRIES)) {
             return self.on_failed(now, id);
