@@ -232,6 +232,10 @@ pub struct Measurement {
     pub hedges_denied: u64,
     /// Stalled grants moved to a replica as failures after the hedge budget was spent.
     pub escalations: u64,
+    /// Grants asked again of the same server after their connection was reset or closed
+    /// under them (`SchedulerStats::lost_retries`; a second loss of the same fragment fails
+    /// it over to a replica or fails the read).
+    pub lost_retries: u64,
     /// Connections reset after a hedge of their stalled response won.
     pub connections_reset: u64,
     /// Grants whose bytes the port stopped counting while they were late (see
@@ -619,6 +623,7 @@ pub async fn measure(
                         m.hedges_spurious += r.stats.hedges_spurious;
                         m.hedges_denied += r.stats.hedges_denied;
                         m.escalations += r.stats.escalations;
+                        m.lost_retries += r.stats.lost_retries;
                         m.connections_reset += u64::from(r.connections_reset);
                         m.late_grants += r.stats.late_grants;
                         m.grants += r.stats.grants;
