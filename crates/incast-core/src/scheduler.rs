@@ -1577,6 +1577,17 @@ impl Scheduler {
     /// enlarged grant carries up to two grant times. The policy's own chunk stays a hard
     /// upper bound.
     ///
+    /// An enlarged chunk also takes the whole rest of its fragment when that fits
+    /// `gate.max_chunk` (half the port's budget: two grants still share it, one transferring
+    /// while the next one's request travels). Where the port is fast enough to enlarge,
+    /// every request costs CPU that may be the limit: at 10 Gbit/s on the 2-core testbed,
+    /// chunks of about 100 KB split 256 KiB fragments into two or three grants, at 5-17%
+    /// more CPU per GiB than `naive`'s one request per fragment, and rows of one read of 16
+    /// servers read 0.89-0.95x of `naive`'s goodput; with budgets of 0.5-0.8 MB the fragment
+    /// is one grant, at `naive`'s CPU per GiB (docs/measurements.md, *Thirty-ninth
+    /// session*). A budget under twice the fragment still splits it, so a smaller budget
+    /// keeps its pipelining.
+    ///
     /// An enlarged grant of at most two policy chunks that does not fit the port's room
     /// shrinks to the room when that holds a policy chunk, instead of waiting for the rest.
     /// Where such grants are enlarged (2 Gbit/s: a 32 KiB fragment is one grant) the budget
@@ -1599,7 +1610,8 @@ impl Scheduler {
             Some(h) => h.len,
             None if self.chunked => {
                 let chunk = self.max_grant.max(min_chunk).min(max_chunk.max(1));
-                let len = if min_chunk > self.max_grant && rest < chunk.saturating_mul(2) {
+                let enlarged = min_chunk > self.max_grant;
+                let len = if enlarged && (rest < chunk.saturating_mul(2) || rest <= max_chunk) {
                     rest
                 } else {
                     rest.min(chunk)
@@ -2264,11 +2276,15 @@ mod tests {
             )
         };
         // Enlarged to 10,000: less than a whole chunk would be left, so one grant takes it all.
-        assert_eq!(grants(14_000, 10_000, u64::MAX), [14_000]);
-        assert_eq!(grants(19_999, 10_000, u64::MAX), [19_999]);
-        // A remainder of a whole chunk or more stays its own grant.
-        assert_eq!(grants(20_000, 10_000, u64::MAX), [10_000, 10_000]);
-        assert_eq!(grants(25_000, 10_000, u64::MAX), [10_000, 15_000]);
+        assert_eq!(grants(14_000, 10_000, 15_000), [14_000]);
+        assert_eq!(grants(19_999, 10_000, 15_000), [19_999]);
+        // A remainder of a whole chunk or more stays its own grant...
+        assert_eq!(grants(20_000, 10_000, 15_000), [10_000, 10_000]);
+        assert_eq!(grants(25_000, 10_000, 15_000), [10_000, 15_000]);
+        // ...unless the whole rest fits half the budget (`max_chunk`): one request for it.
+        assert_eq!(grants(25_000, 10_000, 25_000), [25_000]);
+        assert_eq!(grants(25_001, 10_000, 25_000), [10_000, 15_001]);
+        assert_eq!(grants(36_000, 10_000, 25_000), [10_000, 10_000, 16_000]);
         // The policy's own chunk is a hard bound: 1,400 bytes are two grants, not one.
         assert_eq!(grants(1_400, 0, u64::MAX), [1_000, 400]);
         // A small budget shrinks the chunk (so several grants share it), never to zero.
