@@ -4433,6 +4433,34 @@ mod tests {
     }
 
     #[test]
+    fn on_a_fast_port_a_fragment_that_fits_half_the_budget_is_one_grant() {
+        // 10 Gbit/s: chunks grow to 125 KB (100 us at the port's rate), at most a quarter of
+        // the budget. A 256 KiB fragment is one request when it fits half the budget, and
+        // splits (into a chunk and the rest) when it does not.
+        let stripe = Stripe::fixed_sru("a", &servers(4), 256 * 1024).unwrap();
+        let t = Instant::now();
+        let lens = |budget: u64| {
+            let cfg = ReceiverConfig::builder()
+                .port_rate_bps(Some(10_000_000_000))
+                .initial_budget(budget)
+                .build()
+                .unwrap();
+            let mut rx = Receiver::new(cfg);
+            rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
+            let lens: Vec<u64> = requests(&mut rx, t).iter().map(|(_, g)| g.len).collect();
+            rx.check_invariants().unwrap();
+            lens
+        };
+        let whole = lens(1 << 20);
+        assert!(whole.len() >= 2 && whole.iter().all(|&l| l == 256 * 1024), "{whole:?}");
+        // A 400 KiB budget: chunks of a quarter of it (102,400 bytes), and the 159,744 bytes
+        // left fit half of it, so each fragment is two grants.
+        let split = lens(400 * 1024);
+        assert_eq!(split.first(), Some(&(100 * 1024)), "{split:?}");
+        assert!(split.iter().all(|&l| l == 100 * 1024 || l == 156 * 1024), "{split:?}");
+    }
+
+    #[test]
     fn paced_grants_share_the_port_rate_and_unpaced_carry_none() {
         let stripe = Stripe::fixed_sru("a", &servers(8), 64 * 1024).unwrap();
         let t = Instant::now();
