@@ -100,8 +100,8 @@
 //!   would leave less than a whole chunk behind takes the rest along: a 256 KiB fragment on
 //!   loopback was two grants per read, now and then, where `naive` sends one request. So
 //!   does one whose whole fragment fits half the budget: at 10 Gbit/s, where the 2-core
-//!   testbed's CPU is the limit, 256 KiB fragments were two or three grants at 5-17% more
-//!   CPU per GiB than `naive`'s (see `Scheduler`'s grant lengths).
+//!   testbed's CPU is the limit, 256 KiB fragments were two or three grants at up to a
+//!   quarter more CPU per GiB than `naive`'s (docs/measurements.md, *Thirty-ninth session*).
 //!   A budget under [`MIN_GRANTS_PER_BUDGET`] policy chunks shrinks the chunk to half the
 //!   budget (never under [`MIN_CHUNK`]), so that one grant transfers while the next one's
 //!   request travels instead of one grant at a time. An enlarged grant of at most two

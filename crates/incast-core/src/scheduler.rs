@@ -1581,12 +1581,14 @@ impl Scheduler {
     /// `gate.max_chunk` (half the port's budget: two grants still share it, one transferring
     /// while the next one's request travels). Where the port is fast enough to enlarge,
     /// every request costs CPU that may be the limit: at 10 Gbit/s on the 2-core testbed,
-    /// chunks of about 100 KB split 256 KiB fragments into two or three grants, at 5-17%
-    /// more CPU per GiB than `naive`'s one request per fragment, and rows of one read of 16
-    /// servers read 0.89-0.95x of `naive`'s goodput; with budgets of 0.5-0.8 MB the fragment
-    /// is one grant, at `naive`'s CPU per GiB (docs/measurements.md, *Thirty-ninth
-    /// session*). A budget under twice the fragment still splits it, so a smaller budget
-    /// keeps its pipelining.
+    /// chunks of about 100 KB split 256 KiB fragments into two or three grants, at up to a
+    /// quarter more CPU per GiB than `naive`'s one request per fragment, and rows of one
+    /// read of 16 servers read 0.83-0.96x of `naive`'s goodput; with a budget of twice the
+    /// fragment or more (0.5-0.8 MB in those runs) the fragment is one grant, at about
+    /// `naive`'s CPU per GiB (docs/measurements.md, *Thirty-ninth session*). A budget under
+    /// twice the fragment still splits it, so a smaller budget keeps its pipelining. (Up to
+    /// three chunks instead of half the budget cost 5 Gbit/s rows of 64 KiB fragments 4-9
+    /// points: one 64 KiB grant in a budget of 110-160 KB left the port idle between grants.)
     ///
     /// An enlarged grant of at most two policy chunks that does not fit the port's room
     /// shrinks to the room when that holds a policy chunk, instead of waiting for the rest.
