@@ -310,6 +310,10 @@ pub struct ServerStats {
     /// TCP connections whose TLS handshake failed or did not end within the frame timeout
     /// (a client without an accepted certificate, a plaintext client, a slow handshake).
     pub tls_refused: AtomicU64,
+    /// TCP connections the client closed or reset before their TLS handshake ended. Not a
+    /// refusal: a client gives up a connection it is still opening when the read that wanted
+    /// it ends first (a hedge's spare connection once the stalled response arrived).
+    pub tls_abandoned: AtomicU64,
 }
 
 /// A running server. Dropping the handle detaches the server: it keeps serving until the
@@ -697,7 +701,12 @@ async fn connection<S: FragmentStore>(stream: TcpStream, ctx: Arc<Ctx<S>>, shutd
                 }
             }
             Err(refused) => {
-                ctx.stats.tls_refused.fetch_add(1, Ordering::Relaxed);
+                let counter = if refused.abandoned() {
+                    &ctx.stats.tls_abandoned
+                } else {
+                    &ctx.stats.tls_refused
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
                 refused.linger().await;
             }
         }

@@ -79,6 +79,9 @@ async fn mutual_tls_reads_are_byte_exact_at_1_to_64_servers() {
             .unwrap();
         let c = client(&servers, Some(tls));
         let stripe = stripe_of(&lens);
+        // Hedges and retries over the whole case: each may open a spare connection that the
+        // read gives up, mid-handshake, when it ends first.
+        let mut moved_all = 0;
         for (name, policy) in [("default", Policy::default()), ("naive", Policy::naive())] {
             // Twice: the second read runs on pooled TLS connections.
             let mut moved = 0;
@@ -100,13 +103,58 @@ async fn mutual_tls_reads_are_byte_exact_at_1_to_64_servers() {
                     );
                 }
             }
+            moved_all += moved;
         }
+        let abandoned: u64 = servers
+            .iter()
+            .map(|s| s.stats().tls_abandoned.load(Ordering::Relaxed))
+            .sum();
+        println!("n={n}: {moved_all} hedges and retries, {abandoned} handshakes given up");
+        assert!(
+            abandoned <= moved_all,
+            "n={n}: {abandoned} handshakes given up with {moved_all} hedges and retries"
+        );
         for (s, &len) in servers.iter().zip(&lens) {
             assert_eq!(s.stats().tls_refused.load(Ordering::Relaxed), 0);
             // Empty fragments are not asked for.
             assert_eq!(s.stats().connections.load(Ordering::Relaxed) >= 1, len > 0);
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handshake_the_client_gives_up_is_not_counted_as_refused() {
+    // A read that ends while a hedge's spare connection is still in its handshake drops it:
+    // the server must not count that as a refused client.
+    let (server_cert, client_cert) = certs();
+    let server = start(0, 1000, Some(mutual(&server_cert, &client_cert))).await;
+    let addr = server.local_addr();
+    // Closed before its first byte, and closed after half a ClientHello.
+    drop(tokio::net::TcpStream::connect(addr).await.unwrap());
+    let mut half = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut half, &[0x16, 0x03, 0x01, 0x01, 0x00, 0x01])
+        .await
+        .unwrap();
+    drop(half);
+    let stats = server.stats();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while stats.tls_abandoned.load(Ordering::Relaxed) < 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(stats.tls_abandoned.load(Ordering::Relaxed), 2);
+    assert_eq!(stats.tls_refused.load(Ordering::Relaxed), 0);
+    // A plaintext request is refused, not given up, though its client closes too.
+    let mut plain = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut plain, b"GET / HTTP/1.1\r\n\r\n")
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while stats.tls_refused.load(Ordering::Relaxed) < 1 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    drop(plain);
+    assert_eq!(stats.tls_refused.load(Ordering::Relaxed), 1);
+    assert_eq!(stats.tls_abandoned.load(Ordering::Relaxed), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -174,8 +174,8 @@ pub(crate) async fn connect(
 /// The server's side of an accepted connection once its handshake is done.
 pub(crate) type ServerStream = tokio_rustls::server::TlsStream<TcpStream>;
 
-/// Runs the server's handshake within `timeout`. `Err`: refused or too slow; the caller
-/// counts it, then lets [`Refused::linger`] close the connection.
+/// Runs the server's handshake within `timeout`. `Err`: refused, too slow, or given up by
+/// the client; the caller counts it, then lets [`Refused::linger`] close the connection.
 pub(crate) async fn accept(
     stream: TcpStream,
     cfg: &TlsServerConfig,
@@ -184,21 +184,55 @@ pub(crate) async fn accept(
     let acceptor = tokio_rustls::TlsAcceptor::from(cfg.crypto());
     match tokio::time::timeout(timeout, acceptor.accept(stream).into_fallible()).await {
         Ok(Ok(tls)) => Ok(tls),
-        Ok(Err((_, stream))) => Err(Refused(Some(stream))),
-        Err(_) => Err(Refused(None)),
+        Ok(Err((e, _))) if is_abandoned(&e) => Err(Refused {
+            stream: None,
+            abandoned: true,
+        }),
+        Ok(Err((_, stream))) => Err(Refused {
+            stream: Some(stream),
+            abandoned: false,
+        }),
+        Err(_) => Err(Refused {
+            stream: None,
+            abandoned: false,
+        }),
     }
 }
 
-/// A connection whose handshake the server refused (`None`: it timed out, and was dropped).
-pub(crate) struct Refused(Option<TcpStream>);
+/// Whether a handshake ended because the client closed or reset its connection, not because
+/// its bytes failed. A client does this when it no longer needs a connection it was opening:
+/// a read that ends while a spare connection for a hedge is still in its handshake. rustls
+/// reports a refused or malformed handshake as `InvalidData`.
+fn is_abandoned(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::UnexpectedEof
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe
+    )
+}
+
+/// A connection whose handshake did not end: the server refused it (`stream` kept to send
+/// the alert), it timed out, or the client gave it up (`abandoned`; both without a stream:
+/// nothing is left to say).
+pub(crate) struct Refused {
+    stream: Option<TcpStream>,
+    abandoned: bool,
+}
 
 impl Refused {
+    /// Whether the client closed the connection before its handshake ended: not a refusal.
+    pub(crate) fn abandoned(&self) -> bool {
+        self.abandoned
+    }
+
     /// Closes the connection so the client can read the alert. tokio-rustls has written it;
     /// closing now with the client's requests unread would reset the connection, and a reset
     /// can destroy the alert before the client reads it. So: finish our side, and discard
     /// what comes, for a bounded time and count.
     pub(crate) async fn linger(self) {
-        let Some(mut stream) = self.0 else { return };
+        let Some(mut stream) = self.stream else { return };
         let _ = stream.shutdown().await;
         let mut sink = [0u8; 4096];
         let mut left = LINGER_BYTES;
