@@ -1738,6 +1738,9 @@ async fn handshake(
         }
         match tokio::time::timeout(HANDSHAKE_RETRY_AFTER, stream.writable()).await {
             Ok(ready) => return ready.and_then(|()| connected(stream, report)),
+            // Connected after all, its readiness not yet seen (a busy runtime): closing it
+            // now would hand the server a connection that ends before its first byte.
+            Err(_) if stream.peer_addr().is_ok() => return connected(stream, report),
             Err(_) => previous = Some((stream, report)),
         }
     }
