@@ -2481,6 +2481,7 @@ impl Receiver {
                 None => 0,
             },
             max_chunk: (self.budget / MIN_GRANTS_PER_BUDGET).max(MIN_CHUNK),
+            whole_rest: self.budget / MIN_GRANTS_PER_BUDGET,
             timeout_scale: self.timeout_scale,
             // Stalls are judged in `handle_timeout_of` only.
             escalate_within: None,

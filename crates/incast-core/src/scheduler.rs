@@ -518,6 +518,10 @@ pub(crate) struct Gate {
     /// Largest size of a new chunk: a small budget is spent in small grants, so that more
     /// than one is in flight (the policy's chunk when the port sets no bound).
     pub max_chunk: u64,
+    /// Largest rest of a fragment that an enlarged chunk takes along in the same grant: half
+    /// the port's budget, without `max_chunk`'s floor, so that two grants still share the
+    /// budget however small it is (see `next_len`; 0 turns the rule off).
+    pub whole_rest: u64,
     /// Multiplier of the grant timeouts (1 and up): the port raises it after spurious
     /// hedges.
     pub timeout_scale: u32,
@@ -545,6 +549,7 @@ impl Gate {
         ahead: Duration::ZERO,
         grant: 0,
         max_chunk: u64::MAX,
+        whole_rest: 0,
         timeout_scale: 1,
         escalate_within: None,
         late_after: None,
@@ -558,6 +563,7 @@ impl Gate {
         ahead: Duration::ZERO,
         grant: 0,
         max_chunk: u64::MAX,
+        whole_rest: 0,
         timeout_scale: 1,
         escalate_within: None,
         late_after: None,
@@ -1578,7 +1584,7 @@ impl Scheduler {
     /// upper bound.
     ///
     /// An enlarged chunk also takes the whole rest of its fragment when that fits
-    /// `gate.max_chunk` (half the port's budget: two grants still share it, one transferring
+    /// `gate.whole_rest` (half the port's budget: two grants still share it, one transferring
     /// while the next one's request travels). Where the port is fast enough to enlarge,
     /// every request costs CPU that may be the limit: at 10 Gbit/s on the 2-core testbed,
     /// chunks of about 100 KB split 256 KiB fragments into two or three grants, at up to a
@@ -1613,7 +1619,7 @@ impl Scheduler {
             None if self.chunked => {
                 let chunk = self.max_grant.max(min_chunk).min(max_chunk.max(1));
                 let enlarged = min_chunk > self.max_grant;
-                let len = if enlarged && (rest < chunk.saturating_mul(2) || rest <= max_chunk) {
+                let len = if enlarged && (rest < chunk.saturating_mul(2) || rest <= max_chunk.min(gate.whole_rest)) {
                     rest
                 } else {
                     rest.min(chunk)
@@ -2273,6 +2279,7 @@ mod tests {
                 Gate {
                     grant: enlarge,
                     max_chunk,
+                    whole_rest: max_chunk,
                     ..Gate::OPEN
                 },
             )
@@ -2287,6 +2294,22 @@ mod tests {
         assert_eq!(grants(25_000, 10_000, 25_000), [25_000]);
         assert_eq!(grants(25_001, 10_000, 25_000), [10_000, 15_001]);
         assert_eq!(grants(36_000, 10_000, 25_000), [10_000, 10_000, 16_000]);
+        // Half a budget under `max_chunk`'s floor bounds it (a budget of 4,600 bytes, its
+        // chunks at least 4 KiB): the rest no longer goes whole.
+        let floored = |len: u64| {
+            grant_lens(
+                len,
+                1_000,
+                Gate {
+                    grant: 1_150,
+                    max_chunk: 4_096,
+                    whole_rest: 2_300,
+                    ..Gate::OPEN
+                },
+            )
+        };
+        assert_eq!(floored(2_299), [2_299]);
+        assert_eq!(floored(3_393), [1_150, 2_243]);
         // The policy's own chunk is a hard bound: 1,400 bytes are two grants, not one.
         assert_eq!(grants(1_400, 0, u64::MAX), [1_000, 400]);
         // A small budget shrinks the chunk (so several grants share it), never to zero.
