@@ -16,6 +16,16 @@
 //! budget, started at the 16 KiB floor, grows to 60 KiB and stays there (the test below
 //! checks the shape).
 //!
+//! The budget follows the path's rate. With 50 us of latency and no rate hint, after one
+//! 64 MiB read has warmed the port, reads at 1, 10, 25, 40 and 100 Gbit/s take their bytes
+//! at line rate plus one round trip (16 x 256 KiB at 100 Gbit/s: 385.6 us for 335.5 us of
+//! bytes), and the budget settles at about 92 KiB, 350 KB, 0.84 MB, 0.98 MB and 1.7-1.8 MB:
+//! 3-15 times the bandwidth-delay product, since a response's bytes count as queued until it
+//! ends. The warm-up read itself, from the default budget, reaches 0.93 of 100 Gbit/s. A
+//! constant 64 KiB budget would read 16 x 256 KiB at 10 Gbit/s in 4.08 ms, not 3.41 (the
+//! tests below). The model has no switch queue and no loss: it shows the control law's
+//! reach, and the testbed what TCP does with it (10 Gbit/s is this 2-core machine's limit).
+//!
 //! ```
 //! use std::time::{Duration, Instant};
 //! use incast_core::sim::{simulate, SimConfig, Stall};
@@ -311,5 +321,87 @@ mod port_tests {
         let (lo, hi) = r.late_budget;
         assert!(hi <= 2 * lo, "budget settles: {lo}..{hi} in the second half ({r:?})");
         assert!(hi < 1 << 20, "budget bounded near the path's BDP: {hi}");
+    }
+}
+
+/// The path's round trip ([`SimConfig::latency`]) times its rate: the bytes a port must have
+/// outstanding to keep the link busy.
+#[cfg(test)]
+fn bdp(cfg: &SimConfig) -> f64 {
+    cfg.link_bps as f64 / 8.0 * cfg.latency.as_secs_f64()
+}
+
+#[cfg(test)]
+mod rate_tests {
+    use super::*;
+
+    /// On one port, a 64 MiB read warms the budget up; then `conc` reads of `n` x `sru` start
+    /// together. Returns how long they took against their bytes at line rate, and the
+    /// budget's range while they ran.
+    fn warm_then(gbps: u64, n: usize, sru: u64, conc: usize) -> (Duration, Duration, PortSimReport) {
+        let servers: Vec<ServerId> = (0..64).map(ServerId).collect();
+        let cfg = SimConfig {
+            link_bps: gbps * 1_000_000_000,
+            ..SimConfig::default()
+        };
+        let rate = cfg.link_bps as f64;
+        let warm = Duration::from_secs_f64(64.0 * 1048576.0 * 8.0 / rate * 1.5) + Duration::from_millis(1);
+        let mut reads = vec![SimRead {
+            stripe: Stripe::fixed_sru("warm", &servers, 1 << 20).unwrap(),
+            policy: Policy::default(),
+            start: Duration::ZERO,
+        }];
+        reads.extend((0..conc).map(|i| SimRead {
+            stripe: Stripe::fixed_sru(&format!("r{i}"), &servers[..n], sru).unwrap(),
+            policy: Policy::default(),
+            start: warm,
+        }));
+        let r = simulate_port(&reads, crate::ReceiverConfig::default(), &cfg, 0.0, Instant::now());
+        assert!(
+            r.done[0].is_some_and(|d| d < warm),
+            "the warm-up read ends before the rest start: {r:?}"
+        );
+        let last = r.done[1..]
+            .iter()
+            .map(|d| d.expect("every read completes"))
+            .max()
+            .expect("reads");
+        let ideal = Duration::from_secs_f64((conc * n) as f64 * sru as f64 * 8.0 / rate);
+        (last - warm, ideal, r)
+    }
+
+    /// The budget follows the path: from 1 to 100 Gbit/s, with no rate hint, a warm port's
+    /// reads take their bytes at line rate plus about one round trip, and the budget grows
+    /// with the rate, to megabytes at 100 Gbit/s (a constant 64 KiB would hold a 100 Gbit/s,
+    /// 50 us path to a tenth of its rate).
+    #[test]
+    fn a_warm_port_keeps_1_to_100_gbit_links_busy() {
+        let mut budgets = Vec::new();
+        for gbps in [1, 10, 25, 40, 100] {
+            let cfg = SimConfig {
+                link_bps: gbps * 1_000_000_000,
+                ..SimConfig::default()
+            };
+            let mut high = 0;
+            for (n, sru, conc) in [(16, 256 * 1024, 1), (64, 256 * 1024, 4), (16, 64 * 1024, 8)] {
+                let (took, ideal, r) = warm_then(gbps, n, sru, conc);
+                // One round trip for the first request, 5% for the rest.
+                let bound = (ideal + cfg.latency).mul_f64(1.05);
+                assert!(
+                    took <= bound,
+                    "{gbps} Gbit/s, {n} x {sru} x {conc}: {took:?} against {ideal:?} at line rate: {r:?}"
+                );
+                let (lo, hi) = r.late_budget;
+                assert!(
+                    lo as f64 >= bdp(&cfg),
+                    "{gbps} Gbit/s: budget {lo} under the path's {} bytes",
+                    bdp(&cfg)
+                );
+                high = high.max(hi);
+            }
+            budgets.push(high);
+        }
+        assert!(budgets.windows(2).all(|w| w[0] < w[1]), "budgets by rate: {budgets:?}");
+        assert!(budgets[4] > 1 << 20, "budgets by rate: {budgets:?}");
     }
 }
