@@ -307,12 +307,15 @@ pub struct ServerStats {
     pub bytes: AtomicU64,
     /// Socket options the kernel refused (see [`ServerHandle::tuning_report`]).
     pub tuning_refusals: AtomicU64,
-    /// TCP connections whose TLS handshake failed or did not end within the frame timeout
-    /// (a client without an accepted certificate, a plaintext client, a slow handshake).
+    /// TCP connections (with TLS) and QUIC connections whose handshake this server failed or
+    /// that did not end within the frame timeout (a client without an accepted certificate, a
+    /// plaintext client, a slow handshake).
     pub tls_refused: AtomicU64,
-    /// TCP connections the client closed or reset before their TLS handshake ended. Not a
-    /// refusal: a client gives up a connection it is still opening when the read that wanted
-    /// it ends first (a hedge's spare connection once the stalled response arrived).
+    /// TCP connections (with TLS) and QUIC connections that the client closed or reset
+    /// before their handshake ended. Not a refusal: a client gives up a connection it is still
+    /// opening when the read that wanted it ends first (a hedge's spare connection once the
+    /// stalled response arrived), and a client that refuses the server's certificate closes
+    /// a QUIC handshake itself.
     pub tls_abandoned: AtomicU64,
 }
 

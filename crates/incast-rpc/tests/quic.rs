@@ -651,4 +651,12 @@ async fn quic_servers_that_require_client_certificates_refuse_clients_without_on
             other => panic!("expected a refusal ({want:?}), got {other:?}"),
         }
     }
+    // The server counts both refusals (the counter moves as its handshake task ends).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while h.stats().tls_refused.load(Ordering::Relaxed) < 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(h.stats().tls_refused.load(Ordering::Relaxed), 2);
+    assert_eq!(h.stats().tls_abandoned.load(Ordering::Relaxed), 0);
+    assert_eq!(h.stats().connections.load(Ordering::Relaxed), 1);
 }

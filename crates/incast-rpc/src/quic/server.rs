@@ -89,9 +89,20 @@ async fn accept_loop<S: FragmentStore>(endpoint: Endpoint, ctx: Arc<Ctx<S>>, mut
                     Ok(permit) => {
                         let (ctx, rx) = (ctx.clone(), shutdown.clone());
                         conns.spawn(async move {
-                            if let Ok(Ok(conn)) = tokio::time::timeout(ctx.cfg.frame_timeout(), incoming).await {
-                                ctx.stats.connections.fetch_add(1, Ordering::Relaxed);
-                                connection(conn, ctx, rx).await;
+                            match tokio::time::timeout(ctx.cfg.frame_timeout(), incoming).await {
+                                Ok(Ok(conn)) => {
+                                    ctx.stats.connections.fetch_add(1, Ordering::Relaxed);
+                                    connection(conn, ctx, rx).await;
+                                }
+                                // This side failed the handshake (a refused or missing client
+                                // certificate, a malformed hello), or it did not end in time.
+                                Ok(Err(quinn::ConnectionError::TransportError(_))) | Err(_) => {
+                                    ctx.stats.tls_refused.fetch_add(1, Ordering::Relaxed);
+                                }
+                                // The client closed, reset or went quiet first.
+                                Ok(Err(_)) => {
+                                    ctx.stats.tls_abandoned.fetch_add(1, Ordering::Relaxed);
+                                }
                             }
                             drop(permit);
                         });
