@@ -22,7 +22,7 @@ use incast_rpc::{serve, Client, ClientConfig, FanInError, ServerConfig, ServerHa
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
 
-use common::{expected, object, stripe_of};
+use common::{expected, object, stripe_of, wait_for_count};
 
 fn cert() -> SelfSigned {
     SelfSigned::generate(["localhost", "127.0.0.1"]).unwrap()
@@ -652,11 +652,7 @@ async fn quic_servers_that_require_client_certificates_refuse_clients_without_on
         }
     }
     // The server counts both refusals (the counter moves as its handshake task ends).
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while h.stats().tls_refused.load(Ordering::Relaxed) < 2 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    assert_eq!(h.stats().tls_refused.load(Ordering::Relaxed), 2);
+    assert_eq!(wait_for_count(&h.stats().tls_refused, 2).await, 2);
     assert_eq!(h.stats().tls_abandoned.load(Ordering::Relaxed), 0);
     assert_eq!(h.stats().connections.load(Ordering::Relaxed), 1);
 }

@@ -12,7 +12,7 @@ use incast_core::{Fragment, Policy, ServerId, Stripe};
 use incast_rpc::tls::{CertProblem, ClientCertRefusal, SelfSigned, TlsClientConfig, TlsFailure, TlsServerConfig};
 use incast_rpc::{serve, Client, ClientConfig, FanInError, MemStore, QueryFn, ServerConfig, ServerHandle, WithQueries};
 
-use common::{expected, object, stripe_of};
+use common::{expected, object, stripe_of, wait_for_count};
 
 /// A server certificate for loopback, and a client certificate (its name does not matter).
 fn certs() -> (SelfSigned, SelfSigned) {
@@ -137,21 +137,14 @@ async fn a_handshake_the_client_gives_up_is_not_counted_as_refused() {
         .unwrap();
     drop(half);
     let stats = server.stats();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while stats.tls_abandoned.load(Ordering::Relaxed) < 2 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    assert_eq!(stats.tls_abandoned.load(Ordering::Relaxed), 2);
+    assert_eq!(wait_for_count(&stats.tls_abandoned, 2).await, 2);
     assert_eq!(stats.tls_refused.load(Ordering::Relaxed), 0);
     // A plaintext request is refused, not given up, though its client closes too.
     let mut plain = tokio::net::TcpStream::connect(addr).await.unwrap();
     tokio::io::AsyncWriteExt::write_all(&mut plain, b"GET / HTTP/1.1\r\n\r\n")
         .await
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while stats.tls_refused.load(Ordering::Relaxed) < 1 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_for_count(&stats.tls_refused, 1).await;
     drop(plain);
     assert_eq!(stats.tls_refused.load(Ordering::Relaxed), 1);
     assert_eq!(stats.tls_abandoned.load(Ordering::Relaxed), 2);

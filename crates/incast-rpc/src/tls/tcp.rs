@@ -184,18 +184,9 @@ pub(crate) async fn accept(
     let acceptor = tokio_rustls::TlsAcceptor::from(cfg.crypto());
     match tokio::time::timeout(timeout, acceptor.accept(stream).into_fallible()).await {
         Ok(Ok(tls)) => Ok(tls),
-        Ok(Err((e, _))) if is_abandoned(&e) => Err(Refused {
-            stream: None,
-            abandoned: true,
-        }),
-        Ok(Err((_, stream))) => Err(Refused {
-            stream: Some(stream),
-            abandoned: false,
-        }),
-        Err(_) => Err(Refused {
-            stream: None,
-            abandoned: false,
-        }),
+        Ok(Err((e, _))) if is_abandoned(&e) => Err(Refused::Abandoned),
+        Ok(Err((_, stream))) => Err(Refused::Failed(stream)),
+        Err(_) => Err(Refused::TimedOut),
     }
 }
 
@@ -213,18 +204,21 @@ fn is_abandoned(e: &io::Error) -> bool {
     )
 }
 
-/// A connection whose handshake did not end: the server refused it (`stream` kept to send
-/// the alert), it timed out, or the client gave it up (`abandoned`; both without a stream:
-/// nothing is left to say).
-pub(crate) struct Refused {
-    stream: Option<TcpStream>,
-    abandoned: bool,
+/// A connection whose handshake did not end.
+pub(crate) enum Refused {
+    /// The server failed it (a refused certificate, bytes that are not TLS): the stream is
+    /// kept so the client can read the alert.
+    Failed(TcpStream),
+    /// It did not end within the timeout; dropped.
+    TimedOut,
+    /// The client closed or reset it first: not a refusal, and nothing is left to say.
+    Abandoned,
 }
 
 impl Refused {
     /// Whether the client closed the connection before its handshake ended: not a refusal.
     pub(crate) fn abandoned(&self) -> bool {
-        self.abandoned
+        matches!(self, Refused::Abandoned)
     }
 
     /// Closes the connection so the client can read the alert. tokio-rustls has written it;
@@ -232,7 +226,7 @@ impl Refused {
     /// can destroy the alert before the client reads it. So: finish our side, and discard
     /// what comes, for a bounded time and count.
     pub(crate) async fn linger(self) {
-        let Some(mut stream) = self.stream else { return };
+        let Refused::Failed(mut stream) = self else { return };
         let _ = stream.shutdown().await;
         let mut sink = [0u8; 4096];
         let mut left = LINGER_BYTES;

@@ -1,6 +1,9 @@
 //! Helpers shared by the loopback test files (`mod common;` in each).
 #![allow(dead_code)]
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
 use incast_core::{Fragment, ServerId, Stripe};
 
 /// The byte at `j` of server `i`'s object: distinct per server and position.
@@ -30,4 +33,14 @@ pub fn expected(lens: &[usize]) -> Vec<u8> {
         .enumerate()
         .flat_map(|(i, &l)| object(i as u32, l))
         .collect()
+}
+
+/// Waits up to 5 s for `counter` to reach `at_least` (a server counts some events as its
+/// connection task ends, after the client saw the outcome); returns its value then.
+pub async fn wait_for_count(counter: &AtomicU64, at_least: u64) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while counter.load(Ordering::Relaxed) < at_least && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    counter.load(Ordering::Relaxed)
 }
