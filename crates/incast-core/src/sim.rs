@@ -123,12 +123,7 @@ pub fn simulate(stripe: &Stripe, policy: &Policy, seed: u64, cfg: &SimConfig, st
                 let nth = sent.entry((g.server, g.lane)).or_default();
                 let transfer = Duration::from_nanos((u128::from(g.len) * 8 * 1_000_000_000 / bps) as u64);
                 link_free = link_free.max(now + cfg.latency) + transfer;
-                let stall = cfg
-                    .stalls
-                    .iter()
-                    .filter(|s| (s.server, s.lane, s.nth) == (g.server, g.lane, *nth))
-                    .map(|s| s.delay)
-                    .sum::<Duration>();
+                let stall = stall_of(cfg, g.server, g.lane, *nth);
                 *nth += 1;
                 wire.push(Reverse((link_free + stall, g.id, g.len)));
             }
@@ -158,6 +153,15 @@ pub fn simulate(stripe: &Stripe, policy: &Policy, seed: u64, cfg: &SimConfig, st
         error: sched.error().cloned(),
         stats: sched.stats(),
     }
+}
+
+/// The delay of the `nth` request to `server` on `lane`: the sum of the matching stalls.
+fn stall_of(cfg: &SimConfig, server: ServerId, lane: Lane, nth: u32) -> Duration {
+    cfg.stalls
+        .iter()
+        .filter(|s| (s.server, s.lane, s.nth) == (server, lane, nth))
+        .map(|s| s.delay)
+        .sum()
 }
 
 /// One read of [`simulate_port`]: its stripe and policy, and when it starts after the
@@ -193,6 +197,10 @@ pub struct PortSimReport {
 /// responses cross the link at `(1 - bulk_share)` of its rate). A response's bytes arrive at
 /// once, when its transfer ends, so a first-byte time includes the link queue ahead of it:
 /// the receiver's queueing-delay signal.
+///
+/// [`SimConfig::stalls`] apply as in [`simulate`], counted per server and lane over every
+/// read; a stalled response takes no turn on the link: it arrives its `delay` after it would
+/// have started, beside the others (a server that holds its answer back, not a queue).
 pub fn simulate_port(
     reads: &[SimRead],
     rcfg: crate::ReceiverConfig,
@@ -216,6 +224,7 @@ pub fn simulate_port(
     let mut keys: Vec<Option<crate::ReadKey>> = vec![None; reads.len()];
     let mut done: Vec<Option<Duration>> = vec![None; reads.len()];
     let mut trace: Vec<(Duration, u64)> = Vec::new();
+    let mut sent: HashMap<(ServerId, Lane), u32> = HashMap::new();
     for _ in 0..MAX_SIM_EVENTS {
         while let Some(&i) = pending.first() {
             if start + reads[i].start > now {
@@ -242,9 +251,17 @@ pub fn simulate_port(
         while let Some((k, action)) = rx.poll_action(now) {
             if let Action::Request(g) = action {
                 let transfer = Duration::from_secs_f64(g.len as f64 * 8.0 / bps);
-                link_free = link_free.max(now + cfg.latency) + transfer;
+                let nth = sent.entry((g.server, g.lane)).or_default();
+                let stall = stall_of(cfg, g.server, g.lane, *nth);
+                *nth += 1;
+                let at = if stall.is_zero() {
+                    link_free = link_free.max(now + cfg.latency) + transfer;
+                    link_free
+                } else {
+                    now + cfg.latency + stall + transfer
+                };
                 let slot = keys.iter().position(|x| *x == Some(k)).expect("live read") as u64;
-                wire.push(Reverse((link_free, slot, g.id, g.len)));
+                wire.push(Reverse((at, slot, g.id, g.len)));
             }
         }
         trace.push((now - start, rx.budget()));
