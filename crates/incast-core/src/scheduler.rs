@@ -600,6 +600,9 @@ struct Hole {
     /// Moves by the time bound behind this range since it last made progress (see
     /// [`MAX_TIMED_MOVES`]); the grant that takes the hole takes the count.
     moves: u8,
+    /// The range was stuck (see [`Scheduler::mark_stuck`]) when it was released: the grant
+    /// that takes the hole is stuck from its issue.
+    stuck: bool,
 }
 
 impl Hole {
@@ -611,6 +614,7 @@ impl Hole {
             kind: GrantKind::Retry,
             orig: None,
             moves: live.moves,
+            stuck: live.stuck,
         }
     }
 }
@@ -628,6 +632,9 @@ struct Frag {
     holes: Vec<Hole>,
     /// Live grants of this fragment.
     live: u32,
+    /// Of `live`, the stuck ones: while there are, its new grants are stuck too (see
+    /// [`Scheduler::mark_stuck`]).
+    stuck: u32,
     /// Index into `routes[routes_start..routes_start + routes_len]` of the current server.
     route: u8,
     routes_len: u8,
@@ -706,6 +713,10 @@ struct Live {
     /// byte after that point is a repaired loss whose RTT sample is clamped to it (see "Late
     /// grants leave the budget"). Cleared by progress.
     late_at: Option<Instant>,
+    /// Stuck: outstanding when the port went silent ([`Scheduler::mark_stuck`]), or taking
+    /// over the range of a grant that was, and no byte of it arrived since. Its remaining
+    /// bytes are in [`Scheduler::stuck_bytes`] and not in [`Scheduler::late_bytes`].
+    stuck: bool,
 }
 
 fn conn_index(server: u32, lane: Lane) -> usize {
@@ -816,8 +827,12 @@ pub struct Scheduler {
     last_sample: Option<(Duration, bool)>,
     /// The last [`Gate::late_after`] a receiver gave.
     late_after: Option<Duration>,
-    /// Remaining bytes of the late grants.
+    /// Remaining bytes of the late grants that are not stuck.
     late_bytes: u64,
+    /// Remaining bytes of the stuck grants.
+    stuck_bytes: u64,
+    /// Stalls of grants that were not stuck: the ones a receiver reads as its port's.
+    port_stalls: u64,
 }
 
 impl Scheduler {
@@ -856,6 +871,7 @@ impl Scheduler {
                 confirmed: 0,
                 holes: Vec::new(),
                 live: 0,
+                stuck: 0,
                 route: 0,
                 routes_len: (1 + f.replicas().len()) as u8,
                 routes_start,
@@ -912,6 +928,8 @@ impl Scheduler {
             last_sample: None,
             late_after: None,
             late_bytes: 0,
+            stuck_bytes: 0,
+            port_stalls: 0,
             frags,
         };
         s.skip_empty();
@@ -1045,7 +1063,9 @@ impl Scheduler {
                 if self.late_deadline(live).is_some_and(|t| t <= now) {
                     let live = self.slots[id.slot()].live.as_mut().expect("live");
                     live.late_at = Some(now);
-                    self.late_bytes += live.len - live.received;
+                    if !live.stuck {
+                        self.late_bytes += live.len - live.received;
+                    }
                     self.stats.late_grants += 1;
                 }
                 let live = self.live(id).expect("live");
@@ -1092,6 +1112,14 @@ impl Scheduler {
             let clamped = late_bound.is_some_and(|b| b < sample);
             let sample = late_bound.map_or(sample, |b| sample.min(b));
             let live = self.slots[id.slot()].live.as_mut().expect("checked live");
+            if std::mem::take(&mut live.stuck) {
+                // Alive again: its bytes count against the port (as late ones if it is).
+                self.frags[live.frag as usize].stuck -= 1;
+                self.stuck_bytes -= live.len - live.received;
+                if live.late_at.is_some() {
+                    self.late_bytes += live.len - live.received;
+                }
+            }
             live.received += n;
             live.unmarked += n;
             let f = live.frag as usize;
@@ -1384,6 +1412,36 @@ impl Scheduler {
         self.late_bytes
     }
 
+    /// Remaining bytes of the stuck grants (see [`Scheduler::mark_stuck`]).
+    pub(crate) fn stuck_bytes(&self) -> u64 {
+        self.stuck_bytes
+    }
+
+    /// Stalls of grants that were not stuck when they stalled.
+    pub(crate) fn port_stalls(&self) -> u64 {
+        self.port_stalls
+    }
+
+    /// Marks every live grant stuck: a client-wide receiver's port went silent with them
+    /// outstanding (see "A silent server" in [`crate::receiver`]). A stuck grant's bytes
+    /// leave [`Scheduler::late_bytes`] for [`Scheduler::stuck_bytes`] until a byte of that
+    /// grant arrives; a hedge or retry of its range is stuck from its issue; its stalls are
+    /// not counted in [`Scheduler::port_stalls`].
+    pub(crate) fn mark_stuck(&mut self) {
+        for live in self.slots.iter_mut().filter_map(|s| s.live.as_mut()) {
+            if !live.stuck {
+                live.stuck = true;
+                self.frags[live.frag as usize].stuck += 1;
+                let rest = live.len - live.received;
+                self.stuck_bytes += rest;
+                if live.late_at.is_some() {
+                    self.late_bytes -= rest;
+                }
+            }
+        }
+        self.debug_check();
+    }
+
     pub(crate) fn live_grants(&self) -> u32 {
         self.live_grants
     }
@@ -1394,20 +1452,24 @@ impl Scheduler {
         let mut outstanding = 0;
         let mut per_server = vec![0u32; self.servers.len()];
         let mut per_conn = vec![0u32; self.servers.len() * 2];
-        let mut per_frag = vec![(0u32, 0u64); self.frags.len()];
+        let mut per_frag = vec![(0u32, 0u64, 0u32); self.frags.len()];
         let mut live = 0;
         let mut late = 0;
+        let mut stuck = 0;
         for slot in &self.slots {
             let Some(l) = &slot.live else { continue };
             live += 1;
             outstanding += l.len - l.received;
-            if l.late_at.is_some() {
+            if l.stuck {
+                stuck += l.len - l.received;
+            } else if l.late_at.is_some() {
                 late += l.len - l.received;
             }
             per_server[l.server as usize] += 1;
             per_conn[conn_index(l.server, l.lane)] += 1;
             per_frag[l.frag as usize].0 += 1;
             per_frag[l.frag as usize].1 += l.len;
+            per_frag[l.frag as usize].2 += u32::from(l.stuck);
             let f = &self.frags[l.frag as usize];
             if l.len == 0 || l.start + l.len > f.next {
                 return violation(format!(
@@ -1429,6 +1491,9 @@ impl Scheduler {
         if late != self.late_bytes {
             return violation(format!("late bytes {} recount as {late}", self.late_bytes));
         }
+        if stuck != self.stuck_bytes {
+            return violation(format!("stuck bytes {} recount as {stuck}", self.stuck_bytes));
+        }
         if per_server != self.server_live {
             return violation("per-server live counts disagree with the slots".into());
         }
@@ -1439,11 +1504,11 @@ impl Scheduler {
         let mut completed = 0;
         for (i, f) in self.frags.iter().enumerate() {
             completed += f.confirmed;
-            let (live, live_bytes) = per_frag[i];
-            if live != f.live || live > self.depth {
+            let (live, live_bytes, stuck) = per_frag[i];
+            if live != f.live || live > self.depth || stuck != f.stuck {
                 return violation(format!(
-                    "fragment {i}: {live} live grants, counter {}, depth {}",
-                    f.live, self.depth
+                    "fragment {i}: {live} live grants ({stuck} stuck), counters {} ({}), depth {}",
+                    f.live, f.stuck, self.depth
                 ));
             }
             if !f.known && f.confirmed > 0 {
@@ -1769,14 +1834,18 @@ impl Scheduler {
         }
         let timeout = self.grant_timeout(frag.backoff, gate.timeout_scale);
         let frag = &mut self.frags[f as usize];
-        let (start, kind, replaces, moves) = if frag.holes.is_empty() {
+        let (start, kind, replaces, moves, stuck) = if frag.holes.is_empty() {
             frag.next += len;
-            (frag.next - len, kind, None, 0)
+            (frag.next - len, kind, None, 0, false)
         } else {
             let h = frag.holes.remove(0);
-            (h.start, h.kind, h.orig, h.moves)
+            (h.start, h.kind, h.orig, h.moves, h.stuck)
         };
+        // A server that has sent nothing since the port went silent will not send new bytes
+        // sooner: they do not count against the port either.
+        let stuck = stuck || frag.stuck > 0;
         frag.live += 1;
+        frag.stuck += u32::from(stuck);
         let (route, lane) = (frag.route, frag.lane);
         let object_offset = frag.object_offset + start;
         let block_offset = frag.block_start + start;
@@ -1807,10 +1876,14 @@ impl Scheduler {
             stalled_since: None,
             moves,
             late_at: None,
+            stuck,
         });
         self.conn_live[conn_index(server, lane)] += 1;
         let id = GrantId::new(slot, entry.generation);
         self.outstanding += len;
+        if stuck {
+            self.stuck_bytes += len;
+        }
         self.live_grants += 1;
         if self.server_live[server as usize] == 0 {
             self.live_servers += 1;
@@ -1894,7 +1967,10 @@ impl Scheduler {
         self.free_slots.push(id.slot() as u32);
         self.frags[live.frag as usize].live -= 1;
         self.outstanding -= live.len - live.received;
-        if live.late_at.is_some() {
+        if live.stuck {
+            self.frags[live.frag as usize].stuck -= 1;
+            self.stuck_bytes -= live.len - live.received;
+        } else if live.late_at.is_some() {
             self.late_bytes -= live.len - live.received;
         }
         self.live_grants -= 1;
@@ -1911,6 +1987,7 @@ impl Scheduler {
     fn on_stall(&mut self, now: Instant, id: GrantId, gate: &mut Gate) {
         self.stats.stalls += 1;
         self.adapt_on_stall(now);
+        self.port_stalls += u64::from(!self.live(id).expect("stalled grant is live").stuck);
         let live = self.live(id).expect("stalled grant is live");
         let (f, len, moves) = (live.frag as usize, live.len, live.moves);
         // Where the first stall with hedges denied counted from (see `escalate_within`).
@@ -1987,6 +2064,7 @@ impl Scheduler {
             kind: GrantKind::Hedge,
             orig: Some(id),
             moves: live.moves,
+            stuck: live.stuck,
         });
         self.open_hedges.insert(id, live.scale);
         self.requeue(f as u32);
@@ -2041,6 +2119,7 @@ impl Scheduler {
             kind: GrantKind::Retry,
             orig: None,
             moves: live.moves.saturating_add(u8::from(timed)),
+            stuck: live.stuck,
         });
         self.requeue(live.frag);
     }

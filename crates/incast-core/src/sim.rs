@@ -339,6 +339,59 @@ mod port_tests {
         assert!(hi <= 2 * lo, "budget settles: {lo}..{hi} in the second half ({r:?})");
         assert!(hi < 1 << 20, "budget bounded near the path's BDP: {hi}");
     }
+
+    /// Server 3 holds back every answer for `pause` (a stopped process, no replica). Returns
+    /// the report of read A (8 x 256 KiB on servers 0-7) and read B (16 x 64 KiB on servers
+    /// 8-23, started 20 ms later) through one port of `gbps`.
+    fn withheld(gbps: u64, pause: Duration, held: u32) -> PortSimReport {
+        let servers: Vec<ServerId> = (0..24).map(ServerId).collect();
+        let stalls = (0..held)
+            .flat_map(|nth| [Lane::Primary, Lane::Spare].map(|lane| (nth, lane)))
+            .map(|(nth, lane)| Stall {
+                server: ServerId(3),
+                lane,
+                nth,
+                delay: pause,
+            })
+            .collect();
+        let cfg = SimConfig {
+            link_bps: gbps * 1_000_000_000,
+            stalls,
+            ..SimConfig::default()
+        };
+        let reads = [
+            SimRead {
+                stripe: Stripe::fixed_sru("a", &servers[..8], 256 * 1024).unwrap(),
+                policy: Policy::default(),
+                start: Duration::ZERO,
+            },
+            SimRead {
+                stripe: Stripe::fixed_sru("b", &servers[8..], 64 * 1024).unwrap(),
+                policy: Policy::default(),
+                start: Duration::from_millis(20),
+            },
+        ];
+        simulate_port(&reads, crate::ReceiverConfig::default(), &cfg, 0.0, Instant::now())
+    }
+
+    /// A server that answers every request a second late, with no replica, holds its own
+    /// read back, not the port: another read, started once the first one's grants fill the
+    /// budget, ends within the port's silence bound (at 1 Gbit/s it took 3.8 s when a byte
+    /// of the slow read's other fragments made all its grants count again), and the port
+    /// finds itself silent once.
+    #[test]
+    fn a_slow_server_holds_back_its_read_not_the_port() {
+        for gbps in [1, 2, 10] {
+            let r = withheld(gbps, Duration::from_secs(1), 256);
+            let b = r.done[1].expect("read b completes");
+            assert!(
+                b <= Duration::from_millis(20) + crate::receiver::PORT_SILENCE + Duration::from_millis(30),
+                "{gbps} Gbit/s: read b took {b:?}: {r:?}"
+            );
+            assert!(r.done[0].is_some_and(|a| a >= Duration::from_secs(1)), "{r:?}");
+            assert_eq!(r.stats.stuck_discounts, 1, "{gbps} Gbit/s: {r:?}");
+        }
+    }
 }
 
 /// The path's round trip ([`SimConfig::latency`]) times its rate: the bytes a port must have

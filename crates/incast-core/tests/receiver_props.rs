@@ -145,6 +145,11 @@ struct Live {
     len: u64,
     received: u64,
     cancelled: bool,
+    fragment: usize,
+    /// The port may count it stuck: it was live at a silence discount, or its fragment had
+    /// such a grant when it was issued (a hedge or retry of a stuck range, new bytes asked
+    /// of a server that has not answered), and no byte of it arrived since.
+    may_be_stuck: bool,
 }
 
 struct ReadModel {
@@ -173,10 +178,10 @@ struct Harness {
     t0: Instant,
     /// The last sign of life the port saw: a byte, or a grant of new bytes.
     last_life: Instant,
-    /// Silence discounts seen so far, and the reads whose bytes the last one covered that
-    /// have delivered nothing since.
+    /// Silence discounts seen so far, and the fragments (read, index) that had a grant live
+    /// at one of them.
     discounts: u64,
-    stuck_reads: HashSet<ReadKey>,
+    stuck_frags: HashSet<(ReadKey, usize)>,
 }
 
 impl Harness {
@@ -184,13 +189,6 @@ impl Harness {
         self.live
             .iter()
             .filter(|l| !l.cancelled)
-            .map(|l| l.len - l.received)
-            .sum()
-    }
-    fn outstanding_of(&self, read: ReadKey) -> u64 {
-        self.live
-            .iter()
-            .filter(|l| !l.cancelled && l.read == read)
             .map(|l| l.len - l.received)
             .sum()
     }
@@ -206,7 +204,21 @@ impl Harness {
             );
             self.discounts = n;
             self.last_life = self.now;
-            self.stuck_reads = self.reads.keys().copied().collect();
+            for l in self.live.iter_mut().filter(|l| !l.cancelled) {
+                l.may_be_stuck = true;
+                self.stuck_frags.insert((l.read, l.fragment));
+            }
+            // Every byte then outstanding stopped counting (a grant polled with the discount
+            // may add its own, and a hedged grant whose cancel is not yet polled is gone).
+            if !self.rx.has_pending_cancels() {
+                let all: u64 = self
+                    .live
+                    .iter()
+                    .filter(|l| !l.cancelled)
+                    .map(|l| l.len - l.received)
+                    .sum();
+                prop_assert!(self.rx.stats().stuck >= all, "{} stuck of {all}", self.rx.stats().stuck);
+            }
         }
         Ok(())
     }
@@ -227,10 +239,15 @@ impl Harness {
         self.rx
             .check_invariants()
             .map_err(|e| TestCaseError::fail(e.to_string()))?;
-        let may_be_stuck: u64 = self.stuck_reads.iter().map(|&r| self.outstanding_of(r)).sum();
+        let may_be_stuck: u64 = self
+            .live
+            .iter()
+            .filter(|l| !l.cancelled && l.may_be_stuck)
+            .map(|l| l.len - l.received)
+            .sum();
         prop_assert!(
             self.rx.stats().stuck <= may_be_stuck,
-            "{} stuck, but the silent reads hold {}",
+            "{} stuck, but the silent grants hold {}",
             self.rx.stats().stuck,
             may_be_stuck
         );
@@ -250,6 +267,7 @@ impl Harness {
         let budget = self.rx.budget();
         let before = self.outstanding();
         let senders = self.senders();
+        let st0 = self.rx.stats();
         let polled = self.rx.poll_action(self.now);
         self.saw_discount()?;
         let Some((read, action)) = polled else {
@@ -261,13 +279,30 @@ impl Harness {
                 // bytes no longer count, nor late ones up to a budget's worth.
                 let rerequest = matches!(g.kind, GrantKind::Hedge | GrantKind::Retry);
                 let st = self.rx.stats();
+                // A grant of a fragment with a stuck grant may be stuck from its issue: then
+                // the port's stuck bytes (taken after the poll) hold it too, and `before`
+                // does not. Before it, the port's stuck bytes were those before the poll, or
+                // all its outstanding bytes if the poll found the port silent.
+                let base = if st.stuck_discounts > st0.stuck_discounts {
+                    st0.outstanding
+                } else {
+                    st0.stuck
+                };
+                prop_assert!(st.stuck >= base, "stuck {} after the poll, {base} before", st.stuck);
+                let own = st.stuck - base;
                 prop_assert!(
-                    st.late <= before - st.stuck,
+                    own == 0 || (own == g.len && self.stuck_frags.contains(&(read, g.fragment))),
+                    "a grant of {} issued with {own} stuck bytes",
+                    g.len
+                );
+                let stuck = st.stuck - own;
+                prop_assert!(
+                    st.late <= before - stuck,
                     "late {} of {} counted",
                     st.late,
-                    before - st.stuck
+                    before - stuck
                 );
-                let counted = before - st.stuck - st.late.min(budget);
+                let counted = before - stuck - st.late.min(budget);
                 prop_assert!(
                     rerequest || counted == 0 || counted + g.len <= budget,
                     "grant of {} with {} counted ({} outstanding), budget {}",
@@ -349,6 +384,8 @@ impl Harness {
                     len: g.len,
                     received: 0,
                     cancelled: false,
+                    fragment: g.fragment,
+                    may_be_stuck: self.stuck_frags.contains(&(read, g.fragment)),
                 });
             }
             Action::Cancel { id, .. } => {
@@ -368,7 +405,8 @@ impl Harness {
         let d = self.rx.on_bytes(self.now, read, id, n);
         let d = d.map_err(|e| TestCaseError::fail(format!("bytes: {e}")))?;
         if n > 0 {
-            self.alive(read);
+            self.last_life = self.now;
+            self.live[i].may_be_stuck = false;
         }
         if cancelled {
             prop_assert_eq!(d, Delivery::Discard);
@@ -377,12 +415,6 @@ impl Harness {
         }
         self.live[i].received += n;
         Ok(())
-    }
-
-    /// Read `read` delivered a byte (its grant's, or a late one of a cancelled grant).
-    fn alive(&mut self, read: ReadKey) {
-        self.last_life = self.now;
-        self.stuck_reads.remove(&read);
     }
 
     fn done(&mut self, i: usize) -> Result<(), TestCaseError> {
@@ -548,7 +580,7 @@ proptest! {
             t0,
             last_life: t0,
             discounts: 0,
-            stuck_reads: HashSet::new(),
+            stuck_frags: HashSet::new(),
         };
         let mut pending: Vec<(usize, &ReadSpec)> = reads.iter().enumerate().collect();
         pending.sort_by_key(|(_, s)| s.start_at_step);
@@ -601,7 +633,7 @@ proptest! {
                             let (read, id) = (l.read, l.id);
                             let d = h.rx.on_bytes(h.now, read, id, 1);
                             prop_assert_eq!(d, Ok(Delivery::Discard));
-                            h.alive(read);
+                            h.last_life = h.now;
                         }
                     }
                 }

@@ -1386,6 +1386,54 @@ async fn a_read_on_a_frozen_server_does_not_starve_the_clients_other_reads() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_server_inside_a_read_does_not_starve_the_clients_other_reads() {
+    // Read A spans server 0, which takes requests and never answers (no replica), and
+    // servers 1-4, healthy, 4 MiB each; read B reads server 5 once A's grants have stalled.
+    // A's bytes from servers 1-4 must not make server 0's grants count against the port
+    // again: when a read's first byte did, B (and A's healthy fragments) went on in steps
+    // of the port's 250 ms silence bound.
+    let big = 4 << 20;
+    let len = 1 << 20;
+    let cfg = ClientConfig::builder()
+        .read_timeout(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    let c = cluster(&[len, big, big, big, big, len], &[(0, Duration::MAX)], cfg).await;
+    let client = Arc::new(c.client);
+    let frags = (0..5)
+        .map(|i| Fragment::new(ServerId(i), "blk", 0, if i == 0 { len } else { big } as u64))
+        .collect();
+    let frozen = Stripe::new(frags).unwrap();
+    let healthy = Stripe::new(vec![Fragment::new(ServerId(5), "blk", 0, len as u64)]).unwrap();
+    let stuck = {
+        let client = client.clone();
+        tokio::spawn(async move { client.fan_in_read(&frozen, &Policy::default()).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let t = Instant::now();
+    for _ in 0..4 {
+        let out = tokio::time::timeout(
+            Duration::from_secs(10),
+            client.fan_in_read(&healthy, &Policy::default()),
+        )
+        .await
+        .expect("a healthy read waited 10 s behind the frozen one")
+        .unwrap();
+        assert!(out.block[..] == object(5, len)[..], "healthy block differs");
+    }
+    let took = t.elapsed();
+    let port = client.port_stats().expect("reads share the port");
+    println!("4 healthy reads took {took:?}; port: {port:?}");
+    assert!(took < Duration::from_secs(2), "4 healthy reads took {took:?}: {port:?}");
+    assert!(!stuck.is_finished(), "the frozen read ended early");
+    stuck.abort();
+    let _ = stuck.await;
+    for s in c.servers {
+        s.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_port_reads_its_interfaces_receive_counter_unless_told_not_to() {
     // On loopback the interface is `lo`. Reads long enough to sample the port's rate (5 ms
     // of busy time per sample) take samples of its receive counter; a client told not to
