@@ -1560,3 +1560,95 @@ async fn a_servers_hold_is_not_read_as_the_ports_queue() {
     assert!(port.host_mean >= slow / 4, "{port:?}");
     assert!(port.delay_mean < slow / 4, "{port:?}");
 }
+
+/// A store that answers after a delay and counts its reads in flight (the most at once).
+#[derive(Clone)]
+struct Counting {
+    inner: Delayed<MemStore>,
+    now: Arc<std::sync::atomic::AtomicUsize>,
+    most: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl incast_rpc::FragmentStore for Counting {
+    async fn read(&self, key: &str, offset: u64, len: u64) -> Result<Bytes, incast_rpc::store::StoreError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let n = self.now.fetch_add(1, SeqCst) + 1;
+        self.most.fetch_max(n, SeqCst);
+        let r = self.inner.read(key, offset, len).await;
+        self.now.fetch_sub(1, SeqCst);
+        r
+    }
+}
+
+/// Sends `n` pipelined requests of `len` bytes (the second one cancelled at once if
+/// `cancel`) to a server whose store takes 20 ms a read with read-ahead of `ahead` bytes,
+/// checks every response, and returns the most store reads that were in flight at once.
+async fn reads_in_flight(n: u64, len: u64, ahead: u64, cancel: bool) -> usize {
+    let store = MemStore::new();
+    store.insert("blk", object(0, (n * len) as usize));
+    let counting = Counting {
+        inner: Delayed::new(store, Duration::from_millis(20)),
+        now: Default::default(),
+        most: Default::default(),
+    };
+    let most = counting.most.clone();
+    let cfg = ServerConfig::builder().read_ahead_bytes(ahead).build().unwrap();
+    let h = serve("127.0.0.1:0".parse().unwrap(), counting, cfg).await.unwrap();
+    let mut s = TcpStream::connect(h.local_addr()).await.unwrap();
+    let mut b = Vec::new();
+    for id in 1..=n {
+        Frame::Request {
+            id,
+            key: "blk".into(),
+            offset: (id - 1) * len,
+            len,
+            pace: None,
+        }
+        .encode(&mut b);
+        if cancel && id == 2 {
+            Frame::Cancel { id }.encode(&mut b);
+        }
+    }
+    s.write_all(&b).await.unwrap();
+    let (mut got, mut buf) = (Vec::new(), vec![0u8; 64 << 10]);
+    let (mut ends, mut data) = (Vec::new(), vec![Vec::new(); n as usize]);
+    while ends.len() < n as usize {
+        let r = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await;
+        let k = r.expect("a response within 5 s").unwrap();
+        assert!(k > 0, "connection closed after {} responses", ends.len());
+        got.extend_from_slice(&buf[..k]);
+        while let Some((f, used)) = decode(&got).unwrap() {
+            got.drain(..used);
+            match f {
+                Frame::Data { id, payload, .. } => data[id as usize - 1].extend_from_slice(&payload),
+                Frame::End { id, cancelled, .. } => ends.push((id, cancelled)),
+                other => panic!("unexpected frame {other:?}"),
+            }
+        }
+    }
+    // In order; every byte right, but a cancelled response's (short, flagged).
+    let whole = object(0, (n * len) as usize);
+    for (i, &(id, cancelled)) in ends.iter().enumerate() {
+        assert_eq!(id, i as u64 + 1, "responses out of order: {ends:?}");
+        let want = &whole[(i as u64 * len) as usize..((i as u64 + 1) * len) as usize];
+        if cancel && id == 2 {
+            assert!(cancelled && data[i].is_empty(), "request 2 was cancelled: {ends:?}");
+        } else {
+            assert!(!cancelled && data[i][..] == want[..], "response {id} differs");
+        }
+    }
+    h.shutdown().await;
+    most.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_requests_are_read_from_the_store_ahead_of_their_turn() {
+    // 8 pipelined requests of 16 KiB behind a store that takes 20 ms a read: read ahead,
+    // the store works on all of them at once; without, one at a time; with room for one
+    // request ahead, two at once. A cancelled request is still answered as cancelled.
+    assert_eq!(reads_in_flight(8, 16 << 10, 0, false).await, 1);
+    assert_eq!(reads_in_flight(8, 16 << 10, 16 << 10, false).await, 2);
+    let most = reads_in_flight(8, 16 << 10, 1 << 20, false).await;
+    assert!(most >= 6, "{most} store reads at once");
+    reads_in_flight(8, 16 << 10, 1 << 20, true).await;
+}
