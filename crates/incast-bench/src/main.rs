@@ -641,6 +641,10 @@ struct SweepArgs {
     /// to `naive` (or to the first strategy). 1 to 16.
     #[arg(long, default_value_t = 1)]
     rounds: u32,
+    /// Servers started here (--testbed, --loopback): each request waits this long before
+    /// the server reads its bytes, as on a slow disk (0 to 10s; default 0, at once).
+    #[arg(long, default_value = "0s", value_parser = parse_server_delay)]
+    server_delay: Duration,
     #[command(flatten)]
     link: LinkArgs,
     #[command(flatten)]
@@ -683,6 +687,18 @@ struct LinkArgs {
     /// bucket, or 64 KiB without a NIC shaper), else the kernel's.
     #[arg(long, value_parser = parse_host_gso)]
     host_gso_max: Option<HostGso>,
+}
+
+/// Longest `--server-delay`.
+const MAX_SERVER_DELAY: Duration = Duration::from_secs(10);
+
+/// `--server-delay`: a duration of at most [`MAX_SERVER_DELAY`].
+fn parse_server_delay(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d > MAX_SERVER_DELAY {
+        return Err(format!("`{s}`: a server delay is at most {MAX_SERVER_DELAY:?}"));
+    }
+    Ok(d)
 }
 
 /// `--host-gso-max`: bytes, or `kernel`.
@@ -905,6 +921,7 @@ impl Common {
             quic_server_name: self.quic_server_name.clone(),
             quic_gso: self.quic_gso,
             rounds: 1,
+            server_delay: Duration::ZERO,
         })
     }
 }
@@ -939,6 +956,7 @@ fn run_sweep(a: &SweepArgs) -> Result<(), CliError> {
     let rate_hint = (a.testbed || !a.servers.is_empty()).then_some(a.link.rate);
     let spec = SweepSpec {
         rounds: a.rounds,
+        server_delay: a.server_delay,
         ..a.common.spec(
             a.senders.clone(),
             a.strategies.clone(),

@@ -109,6 +109,40 @@ impl FragmentStore for PatternStore {
     }
 }
 
+/// The pattern, each read and query answered after a delay that can change while the
+/// servers run (`sweep --server-delay`: a slow disk; zero while the sweep probes the line
+/// rate, which is the path's, not the store's).
+#[derive(Clone, Debug, Default)]
+pub struct HeldPattern {
+    delay_us: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl HeldPattern {
+    /// Every read from now on waits `d` (zero: none).
+    pub fn set_delay(&self, d: std::time::Duration) {
+        let us = d.as_micros().min(u128::from(u64::MAX)) as u64;
+        self.delay_us.store(us, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    async fn wait(&self) {
+        let us = self.delay_us.load(std::sync::atomic::Ordering::Relaxed);
+        if us > 0 {
+            tokio::time::sleep(std::time::Duration::from_micros(us)).await;
+        }
+    }
+}
+
+impl FragmentStore for HeldPattern {
+    async fn read(&self, key: &str, offset: u64, len: u64) -> Result<Bytes, StoreError> {
+        self.wait().await;
+        PatternStore.read(key, offset, len).await
+    }
+    async fn query(&self, key: &str, query: &[u8], limit: u64) -> Result<Bytes, StoreError> {
+        self.wait().await;
+        PatternStore.query(key, query, limit).await
+    }
+}
+
 /// Where a block first differs from what the pattern store serves.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("block byte {at} (fragment {fragment}) differs from the pattern; block is {got} bytes, stripe says {want}")]

@@ -33,6 +33,7 @@ use incast_rpc::tls::{TlsClientConfig, TlsServerConfig};
 use incast_rpc::{ServerConfig, SocketTuning};
 
 use crate::output::{table_header, table_row};
+use crate::pattern::HeldPattern;
 use crate::run::{measure, pooled_goodput, Layout, Measurement, Reader, RunError, RunSpec};
 use crate::servers::ServerSet;
 use crate::strategy::{Strategy, ROUTE_RTO_MIN};
@@ -129,6 +130,9 @@ pub struct SweepSpec {
     /// Rounds per configuration (see *Rounds*): 1 to [`MAX_ROUNDS`]; 1 runs each strategy
     /// once, as before.
     pub rounds: u32,
+    /// Servers started here: how long each request waits before its store read (a slow
+    /// disk, [`incast_rpc::store::Delayed`]); zero answers at once.
+    pub server_delay: Duration,
 }
 
 /// Most rounds per configuration: each round repeats the warm-up, and 16 already split a
@@ -509,14 +513,20 @@ pub fn run(spec: SweepSpec, network: Network) -> Result<SweepResult, SweepError>
         };
         Ok((servers, bulk))
     };
+    // The servers' stores share one delay: zero while the line rate is probed.
+    let held = HeldPattern::default();
+    let store = || {
+        let held = held.clone();
+        move |_| held.clone()
+    };
     let start = || {
         let (servers, bulk) = split()?;
-        ServerSet::start(servers, pool, bulk, &spec.cc, server_config.clone())
+        ServerSet::start_with(servers, pool, bulk, &spec.cc, server_config.clone(), store())
     };
     // The TLS servers (no bulk flows of their own) and the client's TLS settings.
     let tls = match tls {
         Some((config, client)) => {
-            let set = ServerSet::start(split()?.0, pool, Vec::new(), &spec.cc, config)?;
+            let set = ServerSet::start_with(split()?.0, pool, Vec::new(), &spec.cc, config, store())?;
             Some((set, client))
         }
         None => None,
@@ -544,6 +554,11 @@ pub fn run(spec: SweepSpec, network: Network) -> Result<SweepResult, SweepError>
                     "--background needs servers started here (--testbed or --loopback)".into(),
                 ));
             }
+            if !spec.server_delay.is_zero() {
+                return Err(SweepError::Invalid(
+                    "--server-delay needs servers started here (--testbed or --loopback)".into(),
+                ));
+            }
             let addrs = h.iter().enumerate().map(|(i, a)| (ServerId(i as u32), *a)).collect();
             (None, None, addrs)
         }
@@ -559,7 +574,7 @@ pub fn run(spec: SweepSpec, network: Network) -> Result<SweepResult, SweepError>
         quic: quic_client,
         tls: tls.as_ref().map(|(set, client)| (set.addrs().to_vec(), client.clone())),
     };
-    let body = move || client_side(spec, testbed, addrs, (bulk, bulk_rtos), secure);
+    let body = move || client_side(spec, testbed, addrs, (bulk, bulk_rtos), secure, held);
     let out = match &network {
         Network::Testbed(tb) => tb.client().run(body)?,
         _ => body(),
@@ -583,6 +598,7 @@ fn client_side(
     addrs: Vec<(ServerId, SocketAddr)>,
     (bulk, bulk_rtos): (Vec<SocketAddr>, Option<Arc<AtomicU64>>),
     secure: Secure,
+    held: HeldPattern,
 ) -> Result<SweepResult, SweepError> {
     let Secure { quic, tls } = secure;
     let (tls_addrs, tls) = tls.unzip();
@@ -656,6 +672,7 @@ fn client_side(
         }
     }
     say(format!("line rate (one sender streaming): {line_rate:.1} Mbit/s"));
+    held.set_delay(spec.server_delay);
     if let Some(tb) = &testbed {
         let capacity = tb.config().payload_capacity_mbps();
         if line_rate < CALIBRATED * capacity {
@@ -855,6 +872,7 @@ mod tests {
                 quic_server_name: None,
                 quic_gso: 1,
                 rounds,
+                server_delay: Duration::ZERO,
             };
             // Hosts that do not exist: the check must come before any connection.
             let e = run(spec, Network::Hosts(Vec::new())).unwrap_err();

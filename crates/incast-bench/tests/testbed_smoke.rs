@@ -381,6 +381,7 @@ fn bad_testbed_settings_are_refused_before_anything_is_built() {
         ("--host-rate", "10bit", "testbed host rate is 10 bit/s"),
         ("--host-gso-max", "1000", "testbed host gso max is 1000 B"),
         ("--concurrency", "0", "at least 1"),
+        ("--server-delay", "11s", "a server delay is at most"),
     ] {
         let out = Command::new(BIN)
             .args(["sweep", "--testbed", "--sru", "32KiB", "--senders", "2", flag, value])
@@ -499,6 +500,40 @@ fn a_configuration_reads_past_its_blocks_until_the_minimum_time() {
     assert!(r["blocks"].as_u64().unwrap() > 4, "{r}");
     assert!(r["elapsed_s"].as_f64().unwrap() >= 0.3, "{r}");
     assert_eq!(r["failed_blocks"], 0, "{r}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_server_delay_holds_every_request() {
+    // Servers whose store takes 25 ms a read: no block reads faster than that.
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = std::env::temp_dir().join(format!("incast-server-delay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("r.jsonl");
+    let out = Command::new(BIN)
+        .args([
+            "sweep",
+            "--loopback",
+            "--server-delay",
+            "25ms",
+            "--senders",
+            "2",
+            "--sru",
+            "8KiB",
+        ])
+        .args(["--strategies", "naive,default", "--blocks", "3", "--warmup", "0"])
+        .args(["--min-time", "0s", "--quiet", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(&json).unwrap();
+    let rows: Vec<serde_json::Value> = text.lines().skip(1).map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    for r in &rows {
+        assert_eq!(r["failed_blocks"], 0, "{r}");
+        assert!(r["p50_ms"].as_f64().unwrap() >= 25.0, "{r}");
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
