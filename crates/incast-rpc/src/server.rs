@@ -14,13 +14,16 @@
 //! the connection is closed; other connections are not affected.
 //!
 //! **Read-ahead.** Requests are answered in order, but a request that arrives while others are
-//! queued ahead of it has its store read started at once, in a task of its own, up to
-//! [`ServerConfig::read_ahead_bytes`] per connection: the store's latency (a disk's) overlaps
+//! queued ahead of it has its store read started at once (in a task of its own unless the
+//! store answers at the first poll), up to [`ServerConfig::read_ahead_bytes`] per
+//! connection: the store's latency (a disk's) overlaps
 //! the responses ahead instead of adding up behind them. Why: a client that pipelines
 //! grants (2 per fragment by default) paid each grant's store latency one after another. On
 //! loopback, 16 servers answering 256 KiB fragments in 16 KiB grants after a 1 ms store
 //! delay each took 455 ms a read, 5 ms took 1.5 s; see docs/measurements.md, *Forty-first
-//! session*. A request with nothing ahead of it is read when its turn comes, as before.
+//! session* (30-40 ms and 24-40 ms with read-ahead). A request with nothing ahead of it is
+//! read when its turn comes, as before. Over TCP and TLS; QUIC answers each request on a
+//! stream of its own, at once.
 //!
 //! An `OpenRequest` (a fragment of unknown length) is answered with a `Length` frame, then as
 //! much of the range as exists. Its size comes from [`FragmentStore::size`], or, with a query,
@@ -712,67 +715,80 @@ struct Pending {
     ahead_bytes: u64,
 }
 
-/// A store read started ahead of its request's turn; aborted if its request never takes it.
-struct ReadAhead {
-    task: tokio::task::JoinHandle<Result<Bytes, (ErrorCode, String)>>,
-    len: u64,
+/// What a store read gives: the bytes, or the error code and message to refuse with.
+type ReadResult = Result<Bytes, (ErrorCode, String)>;
+
+/// A store read started ahead of its request's turn: done at once (a store in memory), or
+/// running in a task of its own, aborted if its request never takes it.
+enum ReadAhead {
+    Done(Option<ReadResult>, u64),
+    Running(tokio::task::JoinHandle<ReadResult>, u64),
 }
 
 impl Drop for ReadAhead {
     fn drop(&mut self) {
-        self.task.abort();
+        if let ReadAhead::Running(task, _) = self {
+            task.abort();
+        }
     }
 }
 
 impl ReadAhead {
+    /// Starts reading `len` bytes of `key` at `offset`. A read that is ready at its first
+    /// poll (a store in memory) takes no task: spawning one per request cost the CPU-bound
+    /// rows of 4 KiB grants 1-8 points of the line rate on the testbed.
+    fn start<S: FragmentStore>(ctx: &Arc<Ctx<S>>, key: &str, offset: u64, len: u64) -> Self {
+        let (c, k) = (ctx.clone(), key.to_owned());
+        let mut read = Box::pin(async move { read_exact(&c, &k, offset, len).await });
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match std::future::Future::poll(read.as_mut(), &mut cx) {
+            std::task::Poll::Ready(r) => ReadAhead::Done(Some(r), len),
+            // Polled again by the runtime, with its own waker.
+            std::task::Poll::Pending => ReadAhead::Running(tokio::spawn(read), len),
+        }
+    }
+
+    /// Bytes it reads.
+    fn len(&self) -> u64 {
+        match self {
+            ReadAhead::Done(_, n) | ReadAhead::Running(_, n) => *n,
+        }
+    }
+
     /// The read's bytes, or why it failed.
-    async fn take(&mut self) -> Result<Bytes, (ErrorCode, String)> {
-        match (&mut self.task).await {
-            Ok(r) => r,
-            Err(e) => Err((ErrorCode::Internal, format!("store read ahead of its turn failed: {e}"))),
+    async fn take(&mut self) -> ReadResult {
+        match self {
+            ReadAhead::Done(r, _) => r
+                .take()
+                .unwrap_or_else(|| Err((ErrorCode::Internal, "store read ahead taken twice".into()))),
+            ReadAhead::Running(task, _) => match task.await {
+                Ok(r) => r,
+                Err(e) => Err((ErrorCode::Internal, format!("store read ahead of its turn failed: {e}"))),
+            },
         }
     }
 }
 
 /// Starts the store read of plain request `item` now if another request is queued ahead of
 /// it on its connection and the connection's read-ahead has room (see *Read-ahead*).
-fn read_ahead<S: FragmentStore>(item: Item, ctx: &Arc<Ctx<S>>, pending: &Mutex<Pending>) -> Item {
-    let Item::Request {
-        id,
+fn read_ahead<S: FragmentStore>(mut item: Item, ctx: &Arc<Ctx<S>>, pending: &Mutex<Pending>) -> Item {
+    if let Item::Request {
         key,
         offset,
         len,
-        pace,
         open: None,
-        arrived,
-        ahead: None,
-    } = item
-    else {
-        return item;
-    };
-    let ahead = {
+        ahead: ahead @ None,
+        ..
+    } = &mut item
+    {
         let mut p = pending.lock().unwrap_or_else(|e| e.into_inner());
         // `queued` holds this request too: one more is ahead of it.
-        let room = p.ahead_bytes.saturating_add(len) <= ctx.cfg.read_ahead_bytes;
-        (p.queued.len() >= 2 && room).then(|| {
-            p.ahead_bytes += len;
-            let (c, k) = (ctx.clone(), key.clone());
-            ReadAhead {
-                task: tokio::spawn(async move { read_exact(&c, &k, offset, len).await }),
-                len,
-            }
-        })
-    };
-    Item::Request {
-        id,
-        key,
-        offset,
-        len,
-        pace,
-        open: None,
-        arrived,
-        ahead,
+        if p.queued.len() >= 2 && p.ahead_bytes.saturating_add(*len) <= ctx.cfg.read_ahead_bytes {
+            p.ahead_bytes += *len;
+            *ahead = Some(ReadAhead::start(ctx, key, *offset, *len));
+        }
     }
+    item
 }
 
 async fn connection<S: FragmentStore>(stream: TcpStream, ctx: Arc<Ctx<S>>, shutdown: watch::Receiver<bool>) {
@@ -1090,7 +1106,7 @@ async fn write_responses<S: FragmentStore, W: TcpSink>(
                 let mut started = Started::new(&mut wr, arrived);
                 let r = match ahead.as_mut() {
                     Some(a) => {
-                        pending.lock().unwrap_or_else(|e| e.into_inner()).ahead_bytes -= a.len;
+                        pending.lock().unwrap_or_else(|e| e.into_inner()).ahead_bytes -= a.len();
                         if cancelled() {
                             ctx.stats.cancelled.fetch_add(1, Ordering::Relaxed);
                             let end = end_frame(id, None, true, &started);
