@@ -461,80 +461,79 @@ fn loopback_sweep_writes_json_csv_and_plot() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-#[test]
-fn a_configuration_reads_past_its_blocks_until_the_minimum_time() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = std::env::temp_dir().join(format!("incast-min-time-{}", std::process::id()));
+/// Runs `sweep --loopback --quiet` with `args` and returns its JSON lines (the header first).
+fn loopback_json(tag: &str, args: &[&str]) -> Vec<serde_json::Value> {
+    let dir = std::env::temp_dir().join(format!("incast-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("r.jsonl");
     let out = Command::new(BIN)
-        .args([
-            "sweep",
-            "--loopback",
+        .args(["sweep", "--loopback", "--quiet", "--json"])
+        .arg(&json)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(&json).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+#[test]
+fn a_configuration_reads_past_its_blocks_until_the_minimum_time() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let lines = loopback_json(
+        "min-time",
+        &[
             "--senders",
             "1",
             "--sru",
             "8KiB",
             "--strategies",
             "naive",
-        ])
-        .args([
             "--blocks",
             "4",
             "--warmup",
             "1",
             "--min-time",
             "300ms",
-            "--quiet",
-            "--json",
-        ])
-        .arg(&json)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let text = std::fs::read_to_string(&json).unwrap();
-    let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        ],
+    );
     assert_eq!(lines[0]["min_time_s"], 0.3);
     let r = &lines[1];
     // Four 8 KiB blocks take well under a millisecond on loopback: the rest is min-time's.
     assert!(r["blocks"].as_u64().unwrap() > 4, "{r}");
     assert!(r["elapsed_s"].as_f64().unwrap() >= 0.3, "{r}");
     assert_eq!(r["failed_blocks"], 0, "{r}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn a_server_delay_holds_every_request() {
     // Servers whose store takes 25 ms a read: no block reads faster than that.
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = std::env::temp_dir().join(format!("incast-server-delay-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let json = dir.join("r.jsonl");
-    let out = Command::new(BIN)
-        .args([
-            "sweep",
-            "--loopback",
+    let lines = loopback_json(
+        "server-delay",
+        &[
             "--server-delay",
             "25ms",
             "--senders",
             "2",
             "--sru",
             "8KiB",
-        ])
-        .args(["--strategies", "naive,default", "--blocks", "3", "--warmup", "0"])
-        .args(["--min-time", "0s", "--quiet", "--json"])
-        .arg(&json)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let text = std::fs::read_to_string(&json).unwrap();
-    let rows: Vec<serde_json::Value> = text.lines().skip(1).map(|l| serde_json::from_str(l).unwrap()).collect();
-    assert_eq!(rows.len(), 2, "{rows:?}");
-    for r in &rows {
+            "--strategies",
+            "naive,default",
+            "--blocks",
+            "3",
+            "--warmup",
+            "0",
+            "--min-time",
+            "0s",
+        ],
+    );
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    for r in &lines[1..] {
         assert_eq!(r["failed_blocks"], 0, "{r}");
         assert!(r["p50_ms"].as_f64().unwrap() >= 25.0, "{r}");
     }
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
