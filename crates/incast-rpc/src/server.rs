@@ -23,7 +23,7 @@
 //! delay each took 455 ms a read, 5 ms took 1.5 s; see docs/measurements.md, *Forty-first
 //! session* (30-40 ms and 24-40 ms with read-ahead). A request with nothing ahead of it is
 //! read when its turn comes, as before, and so is every request of a connection whose
-//! store answered its last read ahead at once, but one in [`READ_AHEAD_PROBE`] (a store in
+//! store answered its last read ahead at once, but one in 16 (a store in
 //! memory gains nothing from it). Over TCP and TLS; QUIC answers each request on a
 //! stream of its own, at once.
 //!
