@@ -18,7 +18,7 @@
 //! store answers at the first poll), up to [`ServerConfig::read_ahead_bytes`] per
 //! connection: the store's latency (a disk's) overlaps
 //! the responses ahead instead of adding up behind them. Why: a client that pipelines
-//! grants (2 per fragment by default) paid each grant's store latency one after another. On
+//! grants (up to 4 per fragment by default) paid each grant's store latency one after another. On
 //! loopback, 16 servers answering 256 KiB fragments in 16 KiB grants after a 1 ms store
 //! delay each took 455 ms a read, 5 ms took 1.5 s; see docs/measurements.md, *Forty-first
 //! session* (30-40 ms and 24-40 ms with read-ahead). A request with nothing ahead of it is
