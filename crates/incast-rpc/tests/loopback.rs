@@ -1471,7 +1471,13 @@ async fn the_port_reads_its_interfaces_receive_counter_unless_told_not_to() {
 async fn the_first_data_frame_of_a_response_carries_the_servers_hold() {
     let store = MemStore::new();
     store.insert("blk", object(0, 10_000));
-    let cfg = ServerConfig::builder().data_frame_bytes(4096).build().unwrap();
+    // No read-ahead: the second request's store read waits for the first response, so its
+    // hold is longer than the field can carry.
+    let cfg = ServerConfig::builder()
+        .data_frame_bytes(4096)
+        .read_ahead_bytes(0)
+        .build()
+        .unwrap();
     let h = serve(
         "127.0.0.1:0".parse().unwrap(),
         Delayed::new(store, Duration::from_millis(20)),
