@@ -787,8 +787,8 @@
 //! and its retransmission fit within it, and the rule never fired in a testbed sweep of
 //! 64-1024 senders at 1 and 16 concurrent reads (2026-11-24). What it costs: once it fires,
 //! a silent server that wakes up sends its stuck bytes on top of the budget (at most its
-//! fragments' pipelines of grants). A port that goes silent while other reads still have room is not
-//! affected: grants of new bytes are signs of life.
+//! fragments' pipelines of grants). A port that goes silent while other reads still have
+//! room is not affected: grants of new bytes are signs of life.
 //!
 //! # Invariants
 //!
