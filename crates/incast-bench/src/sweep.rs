@@ -130,8 +130,9 @@ pub struct SweepSpec {
     /// Rounds per configuration (see *Rounds*): 1 to [`MAX_ROUNDS`]; 1 runs each strategy
     /// once, as before.
     pub rounds: u32,
-    /// Servers started here: how long each request waits before its store read (a slow
-    /// disk, [`incast_rpc::store::Delayed`]); zero answers at once.
+    /// Servers started here: how long each store read waits (a slow disk,
+    /// [`crate::pattern::HeldPattern`]; not while the line rate is probed); zero answers at
+    /// once.
     pub server_delay: Duration,
 }
 

@@ -733,16 +733,23 @@ type ReadResult = Result<Bytes, (ErrorCode, String)>;
 
 /// A store read started ahead of its request's turn: done at once (a store in memory), or
 /// running in a task of its own, aborted if its request never takes it.
-enum ReadAhead {
-    Done(Option<ReadResult>, u64),
-    Running(tokio::task::JoinHandle<ReadResult>, u64),
+struct ReadAhead {
+    /// Bytes it reads.
+    len: u64,
+    read: AheadRead,
 }
 
-impl Drop for ReadAhead {
+enum AheadRead {
+    Done(ReadResult),
+    Running(AbortOnDrop),
+}
+
+/// A read-ahead task, aborted when dropped unused.
+struct AbortOnDrop(tokio::task::JoinHandle<ReadResult>);
+
+impl Drop for AbortOnDrop {
     fn drop(&mut self) {
-        if let ReadAhead::Running(task, _) = self {
-            task.abort();
-        }
+        self.0.abort();
     }
 }
 
@@ -754,27 +761,19 @@ impl ReadAhead {
         let (c, k) = (ctx.clone(), key.to_owned());
         let mut read = Box::pin(async move { read_exact(&c, &k, offset, len).await });
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-        match std::future::Future::poll(read.as_mut(), &mut cx) {
-            std::task::Poll::Ready(r) => ReadAhead::Done(Some(r), len),
+        let read = match std::future::Future::poll(read.as_mut(), &mut cx) {
+            std::task::Poll::Ready(r) => AheadRead::Done(r),
             // Polled again by the runtime, with its own waker.
-            std::task::Poll::Pending => ReadAhead::Running(tokio::spawn(read), len),
-        }
-    }
-
-    /// Bytes it reads.
-    fn len(&self) -> u64 {
-        match self {
-            ReadAhead::Done(_, n) | ReadAhead::Running(_, n) => *n,
-        }
+            std::task::Poll::Pending => AheadRead::Running(AbortOnDrop(tokio::spawn(read))),
+        };
+        ReadAhead { len, read }
     }
 
     /// The read's bytes, or why it failed.
-    async fn take(&mut self) -> ReadResult {
-        match self {
-            ReadAhead::Done(r, _) => r
-                .take()
-                .unwrap_or_else(|| Err((ErrorCode::Internal, "store read ahead taken twice".into()))),
-            ReadAhead::Running(task, _) => match task.await {
+    async fn take(self) -> ReadResult {
+        match self.read {
+            AheadRead::Done(r) => r,
+            AheadRead::Running(mut task) => match (&mut task.0).await {
                 Ok(r) => r,
                 Err(e) => Err((ErrorCode::Internal, format!("store read ahead of its turn failed: {e}"))),
             },
@@ -801,7 +800,7 @@ fn read_ahead<S: FragmentStore>(mut item: Item, ctx: &Arc<Ctx<S>>, pending: &Mut
             if p.store_slow || p.candidates % READ_AHEAD_PROBE == 1 {
                 p.ahead_bytes += *len;
                 let a = ReadAhead::start(ctx, key, *offset, *len);
-                p.store_slow = matches!(a, ReadAhead::Running(..));
+                p.store_slow = matches!(a.read, AheadRead::Running(_));
                 *ahead = Some(a);
             }
         }
@@ -1096,7 +1095,7 @@ async fn write_responses<S: FragmentStore, W: TcpSink>(
                 pace,
                 open,
                 arrived,
-                mut ahead,
+                ahead,
             } => {
                 let pace = pace.map(|r| r.max(MIN_PACE));
                 if pace != paced {
@@ -1122,21 +1121,10 @@ async fn write_responses<S: FragmentStore, W: TcpSink>(
                     tracing::trace!(peer_port, id, len, "serving");
                 }
                 let mut started = Started::new(&mut wr, arrived);
-                let r = match ahead.as_mut() {
+                let r = match ahead {
                     Some(a) => {
-                        pending.lock().unwrap_or_else(|e| e.into_inner()).ahead_bytes -= a.len();
-                        if cancelled() {
-                            ctx.stats.cancelled.fetch_add(1, Ordering::Relaxed);
-                            let end = end_frame(id, None, true, &started);
-                            send(&mut started, &mut buf, end).await
-                        } else {
-                            match a.take().await {
-                                Ok(data) => send_data(&mut started, &mut buf, &cancelled, ctx, id, data).await,
-                                Err((code, message)) => {
-                                    refuse_request(&mut started, &mut buf, ctx, id, code, message).await
-                                }
-                            }
-                        }
+                        pending.lock().unwrap_or_else(|e| e.into_inner()).ahead_bytes -= a.len;
+                        respond_with(&mut started, &mut buf, &cancelled, ctx, id, a.take()).await
                     }
                     None => respond_any(&mut started, &mut buf, &cancelled, ctx, id, &key, offset, len, open).await,
                 };
@@ -1182,11 +1170,24 @@ pub(crate) async fn respond<S: FragmentStore, W: Sink>(
     offset: u64,
     len: u64,
 ) -> io::Result<()> {
+    respond_with(wr, buf, cancelled, ctx, id, read_exact(ctx, key, offset, len)).await
+}
+
+/// [`respond`] with the store read given: `read` (not polled if the request was
+/// cancelled) gives the bytes, or the error to refuse the request with.
+async fn respond_with<S: FragmentStore, W: Sink>(
+    wr: &mut W,
+    buf: &mut Vec<u8>,
+    cancelled: &(dyn Fn() -> bool + Sync),
+    ctx: &Ctx<S>,
+    id: u64,
+    read: impl std::future::Future<Output = ReadResult>,
+) -> io::Result<()> {
     if cancelled() {
         ctx.stats.cancelled.fetch_add(1, Ordering::Relaxed);
         return send(wr, buf, end_frame(id, None, true, wr)).await;
     }
-    match read_exact(ctx, key, offset, len).await {
+    match read.await {
         Ok(data) => send_data(wr, buf, cancelled, ctx, id, data).await,
         Err((code, message)) => refuse_request(wr, buf, ctx, id, code, message).await,
     }
@@ -1342,12 +1343,7 @@ fn code_of(e: &StoreError) -> ErrorCode {
 
 /// Exactly `len` bytes of `key` from `offset`, or the refusal to send instead: a store that
 /// returns another length is an internal error, never a short response.
-async fn read_exact<S: FragmentStore>(
-    ctx: &Ctx<S>,
-    key: &str,
-    offset: u64,
-    len: u64,
-) -> Result<Bytes, (ErrorCode, String)> {
+async fn read_exact<S: FragmentStore>(ctx: &Ctx<S>, key: &str, offset: u64, len: u64) -> ReadResult {
     match ctx.store.read(key, offset, len).await {
         Ok(d) if d.len() as u64 == len => Ok(d),
         Ok(d) => Err((
