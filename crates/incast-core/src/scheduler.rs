@@ -436,6 +436,11 @@ pub const ESCALATE_AFTER_STALLS: u32 = 6;
 /// of the line rate; *Sixteenth session*.)
 pub const MAX_TIMED_MOVES: u8 = 3;
 
+/// Longest patience of a range moved again and again without progress (60 s): the wait
+/// before its next move by the stall count doubles with each move (see
+/// `Scheduler::escalate`) up to this; the read's deadline comes first in practice.
+pub const MAX_MOVE_PATIENCE: Duration = Duration::from_secs(60);
+
 /// On a port whose servers report loss, the longest a grant waits without progress, with
 /// the hedge budget spent, before it is moved as after [`ESCALATE_AFTER_STALLS`] stalls
 /// (100 ms): half of Linux's minimum RTO (200 ms), so that the move, and the reset of the
@@ -600,6 +605,9 @@ struct Hole {
     /// Moves by the time bound behind this range since it last made progress (see
     /// [`MAX_TIMED_MOVES`]); the grant that takes the hole takes the count.
     moves: u8,
+    /// How long the grant that takes the hole waits, from its issue, before the stall
+    /// count may move it (see [`Scheduler::escalate`]); the grant takes it over.
+    patience: Duration,
     /// The range was stuck (see [`Scheduler::mark_stuck`]) when it was released: the grant
     /// that takes the hole is stuck from its issue.
     stuck: bool,
@@ -614,6 +622,7 @@ impl Hole {
             kind: GrantKind::Retry,
             orig: None,
             moves: live.moves,
+            patience: live.patience,
             stuck: live.stuck,
         }
     }
@@ -708,6 +717,10 @@ struct Live {
     /// Moves by the time bound (`Gate::escalate_within`) behind this grant's range since it
     /// last made progress: at [`MAX_TIMED_MOVES`] its next move waits for the stall count.
     moves: u8,
+    /// How long after its issue the stall count may move it at the earliest: twice the
+    /// wait of the grant whose range it took over by a move without progress since (zero
+    /// after progress). See [`Scheduler::escalate`].
+    patience: Duration,
     /// Since when it has been late, without progress for [`Gate::late_after`] past its
     /// expected arrival: its remaining bytes are in [`Scheduler::late_bytes`], and a first
     /// byte after that point is a repaired loss whose RTT sample is clamped to it (see "Late
@@ -1132,6 +1145,7 @@ impl Scheduler {
                 live.last_progress = now;
                 live.stalled_since = None;
                 live.moves = 0;
+                live.patience = Duration::ZERO;
                 if live.late_at.take().is_some() {
                     self.late_bytes -= live.len - live.received;
                 }
@@ -1834,12 +1848,12 @@ impl Scheduler {
         }
         let timeout = self.grant_timeout(frag.backoff, gate.timeout_scale);
         let frag = &mut self.frags[f as usize];
-        let (start, kind, replaces, moves, stuck) = if frag.holes.is_empty() {
+        let (start, kind, replaces, moves, patience, stuck) = if frag.holes.is_empty() {
             frag.next += len;
-            (frag.next - len, kind, None, 0, false)
+            (frag.next - len, kind, None, 0, Duration::ZERO, false)
         } else {
             let h = frag.holes.remove(0);
-            (h.start, h.kind, h.orig, h.moves, h.stuck)
+            (h.start, h.kind, h.orig, h.moves, h.patience, h.stuck)
         };
         // A server that has sent nothing since the port went silent will not send new bytes
         // sooner: they do not count against the port either.
@@ -1875,6 +1889,7 @@ impl Scheduler {
             replaces,
             stalled_since: None,
             moves,
+            patience,
             late_at: None,
             stuck,
         });
@@ -1990,6 +2005,8 @@ impl Scheduler {
         self.port_stalls += u64::from(!self.live(id).expect("stalled grant is live").stuck);
         let live = self.live(id).expect("stalled grant is live");
         let (f, len, moves) = (live.frag as usize, live.len, live.moves);
+        // The earliest the stall count may move it (see `escalate`).
+        let patient_at = live.issued_at + live.patience;
         // Where the first stall with hedges denied counted from (see `escalate_within`).
         let since = live.stalled_since.unwrap_or_else(|| {
             let deadline = self.stall_deadline(live);
@@ -2008,9 +2025,15 @@ impl Scheduler {
                     Some(w) if moves < MAX_TIMED_MOVES => w,
                     _ => Duration::MAX,
                 };
-                if self.frags[f].backoff >= ESCALATE_AFTER_STALLS || waited >= within {
-                    self.escalate(id, waited >= within);
+                let counted = self.frags[f].backoff >= ESCALATE_AFTER_STALLS;
+                if (counted && now >= patient_at) || waited >= within {
+                    self.escalate(id, now, waited >= within);
                     return;
+                }
+                if counted {
+                    // Counted out, but moved without progress not long ago: the next look
+                    // comes when its patience ends.
+                    timeout = timeout.max(patient_at - now);
                 }
                 // The next look comes no later than the time bound.
                 timeout = timeout.min(within - waited);
@@ -2064,6 +2087,7 @@ impl Scheduler {
             kind: GrantKind::Hedge,
             orig: Some(id),
             moves: live.moves,
+            patience: live.patience,
             stuck: live.stuck,
         });
         self.open_hedges.insert(id, live.scale);
@@ -2084,7 +2108,19 @@ impl Scheduler {
     /// stalled them, with the hedges spent nothing but the deadline ended the wait. A new
     /// connection starts without that backoff. It is a move, not a copy: the cancelled
     /// grant's bytes leave the port's budget, and no hedge budget is spent.
-    fn escalate(&mut self, id: GrantId, timed: bool) {
+    ///
+    /// **Moves back off.** A range moved by the stall count without progress since is not
+    /// moved again by it before the grant that took it over has waited twice as long as the
+    /// moved one had (its `patience`, counted from its issue); progress ends that. A move
+    /// cancels the request, and a server that answers every request late (a slow store,
+    /// not a lost tail) starts its wait again on the new one: the stall count, started
+    /// afresh by each move, moved such a range every 255 ms or less, so a server slower
+    /// than that never answered and the read waited for its deadline (`incast-bench sweep
+    /// --loopback --server-delay 300ms`: every read failed; `naive` took 302 ms). Doubling,
+    /// a server that takes `T` to answer is answered after at most about `3T` plus the
+    /// first move's wait, and a lost tail, repaired by the first move, pays nothing. The
+    /// time bound of a lossy port keeps its own count ([`MAX_TIMED_MOVES`]).
+    fn escalate(&mut self, id: GrantId, now: Instant, timed: bool) {
         let live = self.live(id).expect("stalled grant is live");
         let frag = &self.frags[live.frag as usize];
         // A grant left behind on a route its fragment already moved off (a hedge of the grant
@@ -2119,6 +2155,13 @@ impl Scheduler {
             kind: GrantKind::Retry,
             orig: None,
             moves: live.moves.saturating_add(u8::from(timed)),
+            patience: if timed {
+                live.patience
+            } else {
+                now.saturating_duration_since(live.issued_at)
+                    .saturating_mul(2)
+                    .min(MAX_MOVE_PATIENCE)
+            },
             stuck: live.stuck,
         });
         self.requeue(live.frag);
@@ -2920,6 +2963,46 @@ mod tests {
             }
         }
         assert!(moves.iter().all(|&d| d <= ESCALATE_WITHIN), "{moves:?}");
+    }
+
+    #[test]
+    fn moves_without_progress_back_off_until_a_slow_server_answers() {
+        // One server, no replica, no hedge budget, a port without loss: a server that
+        // answers every request 1 s after it arrives. Each move by the stall count cancels
+        // the request and restarts the server's wait; the stall count alone moved the range
+        // every 255 ms or less, so the server never answered. Each move now waits twice as
+        // long as the one before, and a retry finally gets its answer.
+        let start = Instant::now();
+        let (mut s, _, mut r, mut now) = escalated_within(&[], None, start);
+        let mut moves = vec![(now, r.clone())];
+        let slow = Duration::from_secs(1);
+        loop {
+            let due = s.poll_timeout().expect("a stall timer");
+            let answer = moves.last().expect("a move").0 + slow;
+            if answer <= due {
+                finish(&mut s, &r, answer);
+                now = answer;
+                break;
+            }
+            now = due;
+            s.handle_timeout_gated(now, &Gate::OPEN);
+            for a in std::iter::from_fn(|| s.poll_action(now)).collect::<Vec<_>>() {
+                if let Action::Request(g) = a {
+                    assert_eq!(g.kind, GrantKind::Retry, "{g:?}");
+                    moves.push((now, g.clone()));
+                    r = g;
+                }
+            }
+            assert!(now - start < Duration::from_secs(10), "never answered: {:?}", moves.len());
+        }
+        assert!(s.is_complete());
+        let gaps: Vec<Duration> = moves.windows(2).map(|w| w[1].0 - w[0].0).collect();
+        assert!(
+            gaps.windows(2).all(|w| w[1] >= w[0] * 2),
+            "each move waits twice the last: {gaps:?}"
+        );
+        // The first move after 255 ms or so, then about 0.5 s, then the answer 1 s after it.
+        assert!(now - start < Duration::from_secs(3), "{:?}, moves {gaps:?}", now - start);
     }
 
     #[test]
