@@ -790,6 +790,31 @@
 //! fragments' pipelines of grants). A port that goes silent while other reads still have
 //! room is not affected: grants of new bytes are signs of life.
 //!
+//! # A slow store is not a stall
+//!
+//! A server whose store takes `H` to answer (a disk, an object store under load) sends
+//! nothing for `H`, which the stall timers, sized on the path's round trip, read as a lost
+//! tail: the grant is hedged, then moved, and each of those cancels the request and starts
+//! the server's wait again. On loopback with every request held 300 ms, every read failed
+//! at its deadline where `naive` took 302 ms (see the scheduler's *moves back off*).
+//!
+//! The rule: the servers report their hold (incast-rpc's `Data` frames; from the request's
+//! arrival, or from the end of the response ahead of it on the connection, so a request
+//! queued behind another is not charged the other's time), and the receiver keeps, per
+//! server, the hold of its latest first bytes ([`MAX_LEARNT_HOLDS`] servers): a lower hold
+//! replaces it at once, a higher one moves it half-way. A grant to that server is not
+//! expected before its issue plus that hold: its stalls and lateness count from there, as
+//! they count from the bytes ahead of it on the port. A hold longer than the transport
+//! carries ([`HostTime::server_capped`]) is learnt from the grant's own first-byte time, and
+//! such a sample teaches nothing about the path's queue (a store's jitter read as a queue
+//! held the budget at every sample).
+//!
+//! What it trades: a grant to a server that was slow lately and is now lost waits that hold
+//! longer before it is hedged; one faster answer ends that. What it does not do yet: the
+//! bytes a slow store holds count against the budget, so the port reads at most a budget
+//! per hold (Little's law), and grants stay chunked, one store wait per chunk (see
+//! docs/measurements.md, *Forty-second session*).
+//!
 //! # Invariants
 //!
 //! Checked by [`Receiver::check_invariants`], after every event in debug builds:
@@ -810,7 +835,7 @@
 //! poll walks the order set only past reads that have nothing to issue. See
 //! `benches/scheduler.rs` for the measured cost per event.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -818,7 +843,7 @@ use crate::policy::{Adaptation, Hedging, Policy, MAX_INFLIGHT_BUDGET, MAX_SENDER
 use crate::rtt::RttEstimator;
 use crate::scheduler::InvariantViolation;
 use crate::scheduler::{Action, Delivery, EventError, Gate, GrantId, Polled, ReadError, Scheduler, SchedulerStats};
-use crate::stripe::Stripe;
+use crate::stripe::{ServerId, Stripe};
 
 /// The hosts' part of a grant's first-byte time, as the transport measured it: what
 /// [`Receiver::on_bytes_timed`] takes out before it reads a queueing delay (see *Host time
@@ -833,6 +858,10 @@ pub struct HostTime {
     /// read. Neither the port's queue nor a round trip more budget covers: it is the
     /// client's CPU.
     pub client: Duration,
+    /// The server's hold was longer than the transport can carry (incast-rpc: 32.767 ms),
+    /// and `server` is that cap: the receiver then learns the server's store time from the
+    /// grant's own first-byte time (see "A slow store is not a stall" in the module docs).
+    pub server_capped: bool,
 }
 
 /// Default starting budget without a port-rate hint (16 KiB, the default floor; slow start
@@ -970,6 +999,10 @@ pub const COUNTER_GAP_RTTS: u32 = 2;
 /// RTO of 200 ms and its retransmission, shorter than any read deadline worth having). See
 /// "A silent server" in the module docs.
 pub const PORT_SILENCE: Duration = Duration::from_millis(250);
+/// Servers whose hold the receiver remembers (4096; see "A slow store is not a stall" in the
+/// module docs): past that the table starts afresh, so its memory is bounded whatever the
+/// stripes name.
+pub const MAX_LEARNT_HOLDS: usize = 4096;
 /// How long after a server last reported loss the port counts as lossy (1 s): while it
 /// does, a grant without progress whose read has spent its hedge budget moves within
 /// [`crate::scheduler::escalate_within`] (see "Stalls on a lossy port" in the module docs),
@@ -1606,6 +1639,9 @@ pub struct Receiver {
     /// The smallest first-byte time less the client's own wait within [`BASE_RTT_WINDOW`]:
     /// the base RTT of the bandwidth-delay product, the servers' hold included.
     served_base: Option<(Duration, Instant)>,
+    /// Per server, the hold its clean first bytes showed lately (see "A slow store is not a
+    /// stall" in the module docs); at most [`MAX_LEARNT_HOLDS`] servers.
+    holds: HashMap<ServerId, Duration>,
     srtt: Option<Duration>,
     rate: Option<f64>,
     /// Busy-time samples of the port's rate from the receiver's own bytes (see "The port's
@@ -1721,6 +1757,7 @@ impl Receiver {
             base_rtt: None,
             path_base: None,
             served_base: None,
+            holds: HashMap::new(),
             srtt: None,
             rate,
             own_rate: BusyRate::new(),
@@ -1886,6 +1923,7 @@ impl Receiver {
             match self.read_mut(rk).map(|r| r.sched.poll_gated(now, &gate)) {
                 Some(Polled::Action(mut a)) => {
                     self.stats.grants += 1;
+                    self.expect_hold(now, rk, &a);
                     self.sync(now, rk);
                     self.set_pace(&mut a);
                     return Some((rk, a));
@@ -1925,6 +1963,7 @@ impl Receiver {
                             self.hedge_tokens = (self.hedge_tokens + fill).min(self.config.hedge_burst);
                         }
                     }
+                    self.expect_hold(now, rk, &a);
                     self.sync(now, rk);
                     self.set_pace(&mut a);
                     return Some((rk, a));
@@ -2034,8 +2073,21 @@ impl Receiver {
         host: HostTime,
     ) -> Result<Delivery, EventError> {
         let r = self.read_mut(read).ok_or(EventError::UnknownRead { read })?;
+        let first = if host.server.is_zero() {
+            None
+        } else {
+            r.sched.first_bytes_of(id)
+        };
         let d = r.sched.on_bytes(now, id, n)?;
         let sample = r.sched.take_sample();
+        if let Some((server, issued)) = first {
+            let hold = if host.server_capped {
+                host.server.max(now.saturating_duration_since(issued))
+            } else {
+                host.server
+            };
+            self.learn_hold(server, hold);
+        }
         if n > 0 {
             // The port is alive (the grant's own bytes count again: `sync`).
             self.alive_at = Some(now);
@@ -2661,6 +2713,27 @@ impl Receiver {
         }
     }
 
+    /// A clean first byte of `server` came `hold` after its request reached the server (see
+    /// "A slow store is not a stall" in the module docs): a lower hold replaces the one
+    /// learnt, a higher one moves it half-way up.
+    fn learn_hold(&mut self, server: ServerId, hold: Duration) {
+        if self.holds.len() >= MAX_LEARNT_HOLDS && !self.holds.contains_key(&server) {
+            self.holds.clear();
+        }
+        let h = self.holds.entry(server).or_insert(hold);
+        *h = if hold <= *h { hold } else { *h + (hold - *h) / 2 };
+    }
+
+    /// A grant just issued to a server whose store has held its answers lately is not
+    /// expected before that hold (see "A slow store is not a stall" in the module docs).
+    fn expect_hold(&mut self, now: Instant, rk: ReadKey, a: &Action) {
+        let Action::Request(g) = a else { return };
+        let Some(&hold) = self.holds.get(&g.server) else { return };
+        if let Some(r) = self.read_mut(rk) {
+            r.sched.expect_by(g.id, now + hold);
+        }
+    }
+
     /// A clean first-byte time `s`, of which `host` was the hosts' (see
     /// [`Receiver::on_bytes_timed`] and *Host time is not the port's queue* in the module
     /// docs). The whole time sets the smoothed RTT and judges competition, over its own
@@ -2685,6 +2758,11 @@ impl Receiver {
             .is_none_or(|(b, at)| served < b || now >= at + BASE_RTT_WINDOW)
         {
             self.served_base = Some((served, now));
+        }
+        if host.server_capped {
+            // The server held it longer than it could say: the rest is not the path's, and
+            // a store's jitter read as a queue would hold the budget at every sample.
+            return;
         }
         let path = served.saturating_sub(host.server);
         let path_base = match self.path_base {
@@ -3960,10 +4038,12 @@ mod tests {
             HostTime {
                 server: us(600),
                 client: Duration::ZERO,
+                server_capped: false,
             },
             HostTime {
                 server: us(300),
                 client: us(300),
+                server_capped: false,
             },
         ] {
             let (st, srtt) = first_bytes_late(late, host);
@@ -3988,6 +4068,7 @@ mod tests {
             HostTime {
                 server: us(2_000),
                 client: Duration::ZERO,
+                server_capped: false,
             },
         );
         let (client, _) = first_bytes_late(
@@ -3995,6 +4076,7 @@ mod tests {
             HostTime {
                 server: Duration::ZERO,
                 client: us(2_000),
+                server_capped: false,
             },
         );
         assert_eq!(client.base_rtt, Some(us(50)), "{client:?}");
@@ -4013,6 +4095,7 @@ mod tests {
                 let host = HostTime {
                     server: us(2_000),
                     client: Duration::ZERO,
+                    server_capped: false,
                 };
                 rx.on_bytes_timed(now, k, g.id, g.len, host).unwrap();
                 rx.on_done(now, k, g.id).unwrap();

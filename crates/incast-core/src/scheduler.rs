@@ -1436,6 +1436,25 @@ impl Scheduler {
         self.port_stalls
     }
 
+    /// Live grant `id`'s first byte cannot come before `at`: its server's store holds it
+    /// that long (a client-wide receiver learns it from the servers' holds, see "A slow
+    /// store is not a stall" in [`crate::receiver`]). Its stalls and lateness count from
+    /// then, as from the bytes ahead of it on the port. No effect on an ended grant or an
+    /// earlier `at`; its timer, already armed, is pushed back when it fires.
+    pub(crate) fn expect_by(&mut self, id: GrantId, at: Instant) {
+        if self.live(id).is_some() {
+            let live = self.slots[id.slot()].live.as_mut().expect("checked live");
+            live.expected = live.expected.max(at);
+        }
+    }
+
+    /// The server and issue time of live grant `id`, if none of its bytes arrived yet.
+    pub(crate) fn first_bytes_of(&self, id: GrantId) -> Option<(ServerId, Instant)> {
+        self.live(id)
+            .filter(|l| l.received == 0)
+            .map(|l| (self.servers[l.server as usize], l.issued_at))
+    }
+
     /// Marks every live grant stuck: a client-wide receiver's port went silent with them
     /// outstanding (see "A silent server" in [`crate::receiver`]). A stuck grant's bytes
     /// leave [`Scheduler::late_bytes`] for [`Scheduler::stuck_bytes`] until a byte of that
@@ -2993,7 +3012,11 @@ mod tests {
                     r = g;
                 }
             }
-            assert!(now - start < Duration::from_secs(10), "never answered: {:?}", moves.len());
+            assert!(
+                now - start < Duration::from_secs(10),
+                "never answered: {:?}",
+                moves.len()
+            );
         }
         assert!(s.is_complete());
         let gaps: Vec<Duration> = moves.windows(2).map(|w| w[1].0 - w[0].0).collect();
@@ -3002,7 +3025,11 @@ mod tests {
             "each move waits twice the last: {gaps:?}"
         );
         // The first move after 255 ms or so, then about 0.5 s, then the answer 1 s after it.
-        assert!(now - start < Duration::from_secs(3), "{:?}, moves {gaps:?}", now - start);
+        assert!(
+            now - start < Duration::from_secs(3),
+            "{:?}, moves {gaps:?}",
+            now - start
+        );
     }
 
     #[test]

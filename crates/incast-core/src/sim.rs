@@ -200,7 +200,9 @@ pub struct PortSimReport {
 ///
 /// [`SimConfig::stalls`] apply as in [`simulate`], counted per server and lane over every
 /// read; a stalled response takes no turn on the link: it arrives its `delay` after it would
-/// have started, beside the others (a server that holds its answer back, not a queue).
+/// have started, beside the others (a server that holds its answer back, not a queue), and
+/// reports that delay as its server's hold ([`crate::receiver::HostTime::server`]), as
+/// incast-rpc's servers report their store's time.
 pub fn simulate_port(
     reads: &[SimRead],
     rcfg: crate::ReceiverConfig,
@@ -212,7 +214,7 @@ pub fn simulate_port(
     let mut rx = Receiver::new(rcfg);
     let mut now = start;
     let mut link_free = start;
-    let mut wire: BinaryHeap<Reverse<(Instant, u64, GrantId, u64)>> = BinaryHeap::new();
+    let mut wire: BinaryHeap<Reverse<(Instant, u64, GrantId, u64, Duration)>> = BinaryHeap::new();
     let share = if bulk_share.is_finite() {
         bulk_share.clamp(0.0, 0.99)
     } else {
@@ -261,7 +263,7 @@ pub fn simulate_port(
                     now + cfg.latency + stall + transfer
                 };
                 let slot = keys.iter().position(|x| *x == Some(k)).expect("live read") as u64;
-                wire.push(Reverse((at, slot, g.id, g.len)));
+                wire.push(Reverse((at, slot, g.id, g.len, stall)));
             }
         }
         trace.push((now - start, rx.budget()));
@@ -275,9 +277,14 @@ pub fn simulate_port(
         now = now.max(next);
         if let Some(Reverse((at, ..))) = wire.peek() {
             if *at <= now {
-                let Reverse((_, slot, id, len)) = wire.pop().expect("peeked");
+                let Reverse((_, slot, id, len, stall)) = wire.pop().expect("peeked");
                 if let Some(k) = keys[slot as usize] {
-                    if let Ok(Delivery::Write { .. }) = rx.on_bytes(now, k, id, len) {
+                    let host = crate::receiver::HostTime {
+                        server: stall,
+                        client: Duration::ZERO,
+                        server_capped: false,
+                    };
+                    if let Ok(Delivery::Write { .. }) = rx.on_bytes_timed(now, k, id, len, host) {
                         let _ = rx.on_done(now, k, id);
                     }
                 }
@@ -372,6 +379,21 @@ mod port_tests {
             },
         ];
         simulate_port(&reads, crate::ReceiverConfig::default(), &cfg, 0.0, Instant::now())
+    }
+
+    /// A server that answers every request a second late, with no replica, is answered: each
+    /// move of a range without progress waits twice as long as the one before, and once a
+    /// first answer shows the server's hold, its grants are expected that late and not
+    /// hedged nor moved. Before both, every request was cancelled before its answer and the
+    /// read waited for its deadline (here: until the 2,000 stalls per connection ran out).
+    #[test]
+    fn a_server_that_answers_every_request_late_is_answered() {
+        for gbps in [1, 2, 10] {
+            let r = withheld(gbps, Duration::from_secs(1), 2_000);
+            let a = r.done[0].expect("read a completes");
+            assert!(a < Duration::from_secs(8), "{gbps} Gbit/s: read a took {a:?}: {r:?}");
+            assert!(r.stats.grants < 400, "{gbps} Gbit/s: {r:?}");
+        }
     }
 
     /// A server that answers every request a second late, with no replica, holds its own

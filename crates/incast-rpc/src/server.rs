@@ -553,8 +553,12 @@ struct Started<'a, W> {
 }
 
 impl<'a, W: Sink> Started<'a, W> {
-    fn new(wr: &'a mut W, arrived: Option<SystemTime>) -> Self {
+    /// `arrived`: the request's receive timestamp; `ahead_done`: when the response ahead of
+    /// it on the connection was written, the later of the two starts the hold (see
+    /// [`crate::wire::Header::hold`]).
+    fn new(wr: &'a mut W, arrived: Option<SystemTime>, ahead_done: Option<SystemTime>) -> Self {
         let at_start = wr.counters().map(|c| StartCounters::of(&c));
+        let arrived = arrived.map(|a| ahead_done.map_or(a, |d| d.max(a)));
         Self { wr, at_start, arrived }
     }
 }
@@ -1056,6 +1060,8 @@ async fn write_responses<S: FragmentStore, W: TcpSink>(
     let mut buf = Vec::with_capacity(256);
     // The pacing rate applied to the socket now (`None`: the configured one).
     let mut paced = None;
+    // When the last response was written: a queued request's hold starts there.
+    let mut ahead_done: Option<SystemTime> = None;
     while let Some(item) = rx.recv().await {
         let result = match item {
             Item::Fatal(e) => {
@@ -1120,7 +1126,7 @@ async fn write_responses<S: FragmentStore, W: TcpSink>(
                 if let Some((peer_port, _)) = traced {
                     tracing::trace!(peer_port, id, len, "serving");
                 }
-                let mut started = Started::new(&mut wr, arrived);
+                let mut started = Started::new(&mut wr, arrived, ahead_done);
                 let r = match ahead {
                     Some(a) => {
                         pending.lock().unwrap_or_else(|e| e.into_inner()).ahead_bytes -= a.len;
@@ -1133,6 +1139,7 @@ async fn write_responses<S: FragmentStore, W: TcpSink>(
                     let took_us = began.elapsed().as_micros() as u64;
                     tracing::trace!(peer_port, id, len, queued = rx.len(), took_us, "served");
                 }
+                ahead_done = arrived.map(|_| SystemTime::now());
                 let mut p = pending.lock().unwrap_or_else(|e| e.into_inner());
                 p.queued.remove(&id);
                 p.cancelled.remove(&id);

@@ -47,7 +47,8 @@
 //!
 //! **The server's hold.** A response's first `Data` frame may carry, in its flags, how long
 //! the server held the request: from when its header reached the server's kernel (the
-//! socket's receive timestamp) to that frame's write. That is host time, not the
+//! socket's receive timestamp), or from the end of the write of the response ahead of it on
+//! the connection if that came later, to that frame's write. That is host time, not the
 //! network's; the client takes it out of the first byte's time before it reads a queue
 //! into it. It costs no byte: flag bit 15 says the low 15 bits are the hold in whole
 //! microseconds, up to [`MAX_HOLD_US`] (a longer hold is sent as that). A client older
@@ -314,13 +315,21 @@ impl Header {
 
     /// The server's hold a `Data` frame carries (flag bit 15): how long the server had the
     /// request before it wrote this, its first data, counted from when the request's header
-    /// reached the server's kernel (its receive timestamp). The client takes it out of the first byte's time
+    /// reached the server's kernel (its receive timestamp), or from when the response ahead
+    /// of it on the connection was written if that came later (the time it queued behind
+    /// that response is the connection's, not the server's). The client takes it out of the first byte's time
     /// to tell the network's queue from the hosts' (see `incast_core::receiver`, *Host
     /// time is not the port's queue*). `None` for other frames, and from servers that do
     /// not time their requests (TLS, QUIC).
     pub fn hold(&self) -> Option<std::time::Duration> {
         (self.kind == Kind::Data && self.flags & DATA_HAS_HOLD != 0)
             .then(|| std::time::Duration::from_micros(u64::from(self.flags & MAX_HOLD_US)))
+    }
+
+    /// Whether [`Header::hold`] is the cap, [`MAX_HOLD_US`]: the server held the request at
+    /// least that long, perhaps much longer (a slow store).
+    pub fn hold_capped(&self) -> bool {
+        self.hold() == Some(std::time::Duration::from_micros(u64::from(MAX_HOLD_US)))
     }
 
     /// Encodes the header.

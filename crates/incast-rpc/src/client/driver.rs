@@ -1175,6 +1175,7 @@ impl<'a> Driver<'a> {
                         host: HostTime {
                             server: h.hold().unwrap_or_default(),
                             client: c.waited.take().unwrap_or_default(),
+                            server_capped: h.hold_capped(),
                         },
                     },
                     Kind::End | Kind::Error | Kind::Length => Rx::Control {
