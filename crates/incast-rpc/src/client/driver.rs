@@ -1800,23 +1800,28 @@ mod tests {
     async fn a_handshake_without_an_answer_is_tried_again_within_milliseconds() {
         // A listener whose accept queue is full drops SYNs, as a full port drops SYN-ACKs:
         // the kernel alone would send the SYN again only after a second. The queue frees 20
-        // ms in; the try 50 ms in gets through.
+        // ms in; the try 50 ms in gets through (or the last, 100 ms in, if both timers fire
+        // in one turn of a loaded runtime). The queue is freed on the test's own runtime, so
+        // its timer cannot lag the handshake's: freed from a thread, it lagged past both
+        // tries once on a loaded 2-core machine and the handshake took the kernel's second.
         let l = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
         l.bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into()).unwrap();
         l.listen(0).unwrap();
         let addr = l.local_addr().unwrap().as_socket().unwrap();
         let filler = std::net::TcpStream::connect(addr).unwrap();
         let began = Instant::now();
-        let freer = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(20));
-            let taken = l.accept().unwrap();
-            (l, taken)
-        });
-        let (stream, _) = handshake(ServerId(0), addr, &SocketTuning::default()).await.unwrap();
+        let freer = async {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            // The filler waits in the queue: this accept returns at once.
+            l.accept().unwrap()
+        };
+        let tuning = SocketTuning::default();
+        let (shaken, taken) = tokio::join!(handshake(ServerId(0), addr, &tuning), freer);
+        let (stream, _) = shaken.unwrap();
         let took = began.elapsed();
         assert_eq!(stream.peer_addr().unwrap(), addr);
         assert!(took < Duration::from_millis(600), "took {took:?}: no second try");
-        drop((filler, freer.join().unwrap()));
+        drop((filler, taken, l));
     }
 
     #[tokio::test]
