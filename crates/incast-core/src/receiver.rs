@@ -821,9 +821,10 @@
 //! do not (*Late grants leave the budget*): of the two together at most a budget's worth is
 //! discounted. The budget is for the port's queue, and a store's bytes are not in it yet;
 //! counted, they held the port to a budget per hold (Little's law): with a 1 ms store on the
-//! testbed, 16-64 servers read 0.26-0.50 of the line rate at budgets of 70-450 KB, and 4 to
-//! 16 servers on loopback with a 100 ms store 8-36 Mbit/s against `naive`'s 21-321. Bounded
-//! by a budget, the bytes a store releases at once stay within what the port admitted.
+//! testbed, 16-64 servers read 0.24-0.50 of the line rate at budgets of 44-390 KB, and 4 to
+//! 16 servers on loopback with a 100 ms store 8-36 Mbit/s against `naive`'s 21-321; now
+//! 0.45-0.68 and 16-81 Mbit/s. Bounded by a budget, the bytes a store releases at once stay
+//! within what the port admitted.
 //!
 //! **A port waiting on stores is not busy.** The port's rate (see *The port's rate*) is
 //! sampled over busy time, and a port whose bytes all waited in slow stores counted those
