@@ -135,7 +135,7 @@ const CSV_FIELDS: &str =
     "strategy,layout,senders,sru_bytes,block_bytes,blocks,failed_blocks,goodput_mbps,line_rate_mbps,\
 line_rate_fraction,ideal_ms,p50_ms,p99_ms,max_ms,p99_over_ideal,kernel_rtos,blocks_with_rto,rto_free_fraction,\
 blocks_over_100ms,retransmits,hedges,grants,switch_drops,host_rtos,cc,buffer_bytes,rate_bps,elapsed_s,quic_requests,\
-quic_loss_events,quic_lost_packets,cpu_s_per_gib,concurrency,mean_ms,background_flows,background_mbps,machine_cpu_busy,hedges_won,hedges_spurious,budget_min,budget_max,delay_samples,delay_mean_us,delay_max_us,admission_wait_ms,batch,transfer_ms,hedges_denied,escalations,connections_reset,late_grants,host_syn_ack_retransmits,host_handshakes,host_rtos_warmup,host_handshakes_warmup,connections_drained,drains_reset,late_rtos,warmup_rtos_reported_late,client_rtos,client_rtos_warmup,round,host_mean_us,machine_cpu_steal,lost_retries";
+quic_loss_events,quic_lost_packets,cpu_s_per_gib,concurrency,mean_ms,background_flows,background_mbps,machine_cpu_busy,hedges_won,hedges_spurious,budget_min,budget_max,delay_samples,delay_mean_us,delay_max_us,admission_wait_ms,batch,transfer_ms,hedges_denied,escalations,connections_reset,late_grants,host_syn_ack_retransmits,host_handshakes,host_rtos_warmup,host_handshakes_warmup,connections_drained,drains_reset,late_rtos,warmup_rtos_reported_late,client_rtos,client_rtos_warmup,round,host_mean_us,machine_cpu_steal,lost_retries,held_grants";
 
 /// Writes one CSV row per result (the histogram stays in the JSON).
 pub fn write_csv(path: &Path, results: &[Measurement]) -> Result<(), WriteError> {
@@ -146,7 +146,7 @@ pub fn write_csv(path: &Path, results: &[Measurement]) -> Result<(), WriteError>
     for m in results {
         writeln!(
             w,
-            "{},{},{},{},{},{},{},{:.1},{:.1},{:.4},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{:.4},{},{},{},{},{},{},{},{},{},{:.3},{},{},{},{:.3},{},{:.3},{},{:.1},{:.3},{},{},{},{},{},{:.1},{:.1},{:.3},{},{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.1},{:.3},{}",
+            "{},{},{},{},{},{},{},{:.1},{:.1},{:.4},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{:.4},{},{},{},{},{},{},{},{},{},{:.3},{},{},{},{:.3},{},{:.3},{},{:.1},{:.3},{},{},{},{},{},{:.1},{:.1},{:.3},{},{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.1},{:.3},{},{}",
             m.strategy,
             m.layout,
             m.senders,
@@ -211,7 +211,8 @@ pub fn write_csv(path: &Path, results: &[Measurement]) -> Result<(), WriteError>
             m.round,
             m.host_mean_us,
             m.machine_cpu_steal,
-            m.lost_retries
+            m.lost_retries,
+            m.held_grants
         )
         .map_err(&e)?;
     }

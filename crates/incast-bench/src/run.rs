@@ -241,6 +241,9 @@ pub struct Measurement {
     /// Grants whose bytes the port stopped counting while they were late (see
     /// `SchedulerStats::late_grants`).
     pub late_grants: u64,
+    /// Grants held by their server's store, its learnt hold 1 ms or more (see
+    /// `SchedulerStats::held_grants`).
+    pub held_grants: u64,
     /// Smallest client-wide budget seen during the reads, bytes (`default`, `quic`,
     /// `fallback`; 0 otherwise).
     pub budget_min: u64,
@@ -626,6 +629,7 @@ pub async fn measure(
                         m.lost_retries += r.stats.lost_retries;
                         m.connections_reset += u64::from(r.connections_reset);
                         m.late_grants += r.stats.late_grants;
+                        m.held_grants += r.stats.held_grants;
                         m.grants += r.stats.grants;
                         if let Some(p) = r.port {
                             m.budget_min = m.budget_min.min(p.budget_min);

@@ -3311,7 +3311,8 @@ mod tests {
         assert!(due >= t + hold, "{:?}", due - t);
         rx.handle_timeout(t + hold);
         assert_eq!(rx.stats().held, 0, "the hold ends at the expected first byte");
-        assert_eq!(rx.finish_read(b).map(|f| f.stats.hedges), Some(0));
+        let f = rx.finish_read(b).expect("live");
+        assert_eq!((f.stats.hedges, f.stats.held_grants), (0, 1));
         assert_eq!(rx.stats().held, 0);
         rx.check_invariants().unwrap();
     }

@@ -394,6 +394,10 @@ pub struct SchedulerStats {
     /// expected arrival, so the port stopped counting their bytes until they progressed (see
     /// "Late grants leave the budget" in [`crate::receiver`]).
     pub late_grants: u64,
+    /// Grants a client-wide receiver held until their expected first byte, their server's
+    /// learnt hold being [`crate::receiver::STORE_HOLD`] or more (see "A slow store is not a
+    /// stall" in [`crate::receiver`]).
+    pub held_grants: u64,
     /// Grants whose connection broke on their fragment's last server and that were asked of
     /// it again instead of failing the read ([`Scheduler::on_lost`]).
     pub lost_retries: u64,
@@ -1484,6 +1488,7 @@ impl Scheduler {
             // with it a grant has at most two timer entries (see `compact_timers`).
             live.held = true;
             self.held_bytes += live.len;
+            self.stats.held_grants += 1;
             self.push_timer(at, id);
         }
     }
