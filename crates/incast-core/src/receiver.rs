@@ -2807,6 +2807,11 @@ impl Receiver {
     /// expected before that hold (see "A slow store is not a stall" in the module docs).
     fn expect_hold(&mut self, now: Instant, rk: ReadKey, a: &Action) {
         let Action::Request(g) = a else { return };
+        // Every grant passes here: no hash of its server while no hold was learnt (a port
+        // whose servers answer at once, or whose transport reports no hold).
+        if self.holds.is_empty() {
+            return;
+        }
         let Some(&hold) = self.holds.get(&g.server) else { return };
         if let Some(r) = self.read_mut(rk) {
             r.sched.expect_by(now, g.id, now + hold, hold >= STORE_HOLD);
