@@ -741,6 +741,10 @@ struct Live {
     /// byte of it yet, and before its `expected` first byte. Its remaining bytes are in
     /// [`Scheduler::held_bytes`].
     held: bool,
+    /// Issued to a server whose store holds its answers [`crate::receiver::STORE_HOLD`] or
+    /// more (held at its issue, whether or not still): its stalls are the store's jitter
+    /// sooner than the port's loss, so they are not in [`Scheduler::port_stalls`].
+    store: bool,
 }
 
 fn conn_index(server: u32, lane: Lane) -> usize {
@@ -821,6 +825,10 @@ pub struct Scheduler {
     outstanding: u64,
     completed: u64,
     server_live: Vec<u32>,
+    /// Held live grants per server (see [`Scheduler::expect_by`]).
+    server_held: Vec<u32>,
+    /// Servers whose live grants are all held: waiting on their stores, not sending.
+    held_servers: u32,
     /// Live grants per connection, `server * 2 + lane`.
     conn_live: Vec<u32>,
     /// Last byte received on each connection, `server * 2 + lane`.
@@ -857,8 +865,11 @@ pub struct Scheduler {
     stuck_bytes: u64,
     /// Remaining bytes of the held grants (see [`Scheduler::expect_by`]).
     held_bytes: u64,
-    /// Stalls of grants that were not stuck: the ones a receiver reads as its port's.
+    /// Stalls of grants that were not stuck nor waiting on a slow store: the ones a
+    /// receiver reads as its port's.
     port_stalls: u64,
+    /// Stalls of grants to slow stores (see [`Scheduler::store_stalls`]).
+    store_stalls: u64,
 }
 
 impl Scheduler {
@@ -931,6 +942,8 @@ impl Scheduler {
             outstanding: 0,
             completed: 0,
             server_live: vec![0; servers.len()],
+            server_held: vec![0; servers.len()],
+            held_servers: 0,
             conn_live: vec![0; servers.len() * 2],
             conn_progress: vec![None; servers.len() * 2],
             servers,
@@ -957,6 +970,7 @@ impl Scheduler {
             stuck_bytes: 0,
             held_bytes: 0,
             port_stalls: 0,
+            store_stalls: 0,
             frags,
         };
         s.skip_empty();
@@ -1145,7 +1159,12 @@ impl Scheduler {
             let live = self.slots[id.slot()].live.as_mut().expect("checked live");
             if std::mem::take(&mut live.held) {
                 self.held_bytes -= live.len - live.received;
+                let s = live.server as usize;
+                let was = self.all_held(s);
+                self.server_held[s] -= 1;
+                self.settle_held(s, was);
             }
+            let live = self.slots[id.slot()].live.as_mut().expect("checked live");
             if std::mem::take(&mut live.stuck) {
                 // Alive again: its bytes count against the port (as late ones if it is).
                 self.frags[live.frag as usize].stuck -= 1;
@@ -1406,6 +1425,27 @@ impl Scheduler {
     pub fn live_senders(&self) -> u32 {
         self.live_servers
     }
+
+    /// Of [`Scheduler::live_senders`], the servers whose live grants are all held by their
+    /// stores (see [`Scheduler::expect_by`]): they send nothing until their hold ends.
+    pub(crate) fn held_senders(&self) -> u32 {
+        self.held_servers
+    }
+
+    /// Whether server `s` has live grants, all of them held.
+    fn all_held(&self, s: usize) -> bool {
+        self.server_live[s] > 0 && self.server_held[s] == self.server_live[s]
+    }
+
+    /// Counts server `s` in or out of [`Scheduler::held_senders`] after a change to its
+    /// live or held grants; `was`: [`Self::all_held`] before the change.
+    fn settle_held(&mut self, s: usize, was: bool) {
+        match (was, self.all_held(s)) {
+            (false, true) => self.held_servers += 1,
+            (true, false) => self.held_servers -= 1,
+            _ => {}
+        }
+    }
     /// Bytes confirmed so far.
     pub fn completed_bytes(&self) -> u64 {
         self.completed
@@ -1462,9 +1502,15 @@ impl Scheduler {
         self.stuck_bytes
     }
 
-    /// Stalls of grants that were not stuck when they stalled.
+    /// Stalls of grants that were not stuck when they stalled, nor issued to a slow store.
     pub(crate) fn port_stalls(&self) -> u64 {
         self.port_stalls
+    }
+
+    /// Stalls of grants issued to a slow store (held at their issue, see
+    /// [`Scheduler::expect_by`]) that were not stuck: the store's jitter, not the port's.
+    pub(crate) fn store_stalls(&self) -> u64 {
+        self.store_stalls
     }
 
     /// Live grant `id`'s first byte cannot come before `at`: its server's store holds it
@@ -1476,20 +1522,26 @@ impl Scheduler {
     /// With `held`, a grant with no byte yet, and not stuck, is *held* until then: its
     /// remaining bytes are in [`Scheduler::held_bytes`] until its first byte or `at`,
     /// whichever comes first, or until it is marked stuck (the receiver does not count a
-    /// port busy with held bytes alone, see "A slow store is not a stall").
+    /// port busy with held bytes alone, see "A slow store is not a stall"). With `held`, its
+    /// stalls are also counted apart ([`Scheduler::store_stalls`]), held or not by then.
     pub(crate) fn expect_by(&mut self, now: Instant, id: GrantId, at: Instant, held: bool) {
         if self.live(id).is_none() {
             return;
         }
         let live = self.slots[id.slot()].live.as_mut().expect("checked live");
         live.expected = live.expected.max(at);
+        live.store |= held;
         if held && self.timers_on && at > now && !live.held && !live.stuck && live.received == 0 {
             // A timer of its own ends the hold on time (its stall timer may come later);
             // with it a grant has at most two timer entries (see `compact_timers`).
             live.held = true;
             self.held_bytes += live.len;
+            let s = live.server as usize;
             self.stats.held_grants += 1;
             self.push_timer(at, id);
+            let was = self.all_held(s);
+            self.server_held[s] += 1;
+            self.settle_held(s, was);
         }
     }
 
@@ -1503,6 +1555,10 @@ impl Scheduler {
         let live = self.slots[id.slot()].live.as_mut().expect("unhold of a live grant");
         if std::mem::take(&mut live.held) {
             self.held_bytes -= live.len - live.received;
+            let s = live.server as usize;
+            let was = self.all_held(s);
+            self.server_held[s] -= 1;
+            self.settle_held(s, was);
         }
     }
 
@@ -1533,6 +1589,9 @@ impl Scheduler {
                 }
             }
         }
+        // Every grant is held no more.
+        self.server_held.fill(0);
+        self.held_servers = 0;
         self.debug_check();
     }
 
@@ -1545,6 +1604,7 @@ impl Scheduler {
         self.check_counters()?;
         let mut outstanding = 0;
         let mut per_server = vec![0u32; self.servers.len()];
+        let mut held_per_server = vec![0u32; self.servers.len()];
         let mut per_conn = vec![0u32; self.servers.len() * 2];
         let mut per_frag = vec![(0u32, 0u64, 0u32); self.frags.len()];
         let mut live = 0;
@@ -1560,6 +1620,7 @@ impl Scheduler {
                     return violation(format!("fragment {}: a held grant has bytes or is stuck", l.frag));
                 }
                 held += l.len;
+                held_per_server[l.server as usize] += 1;
             }
             if l.stuck {
                 stuck += l.len - l.received;
@@ -1600,6 +1661,15 @@ impl Scheduler {
         }
         if per_server != self.server_live {
             return violation("per-server live counts disagree with the slots".into());
+        }
+        let all_held = (0..per_server.len())
+            .filter(|&s| per_server[s] > 0 && held_per_server[s] == per_server[s])
+            .count();
+        if held_per_server != self.server_held || all_held != self.held_servers as usize {
+            return violation(format!(
+                "held servers {} recount as {all_held} (or per-server held counts disagree)",
+                self.held_servers
+            ));
         }
         if per_conn != self.conn_live {
             return violation("per-connection live counts disagree with the slots".into());
@@ -1989,6 +2059,7 @@ impl Scheduler {
             late_at: None,
             stuck,
             held: false,
+            store: false,
         });
         self.conn_live[conn_index(server, lane)] += 1;
         let id = GrantId::new(slot, entry.generation);
@@ -2000,7 +2071,9 @@ impl Scheduler {
         if self.server_live[server as usize] == 0 {
             self.live_servers += 1;
         }
+        let was = self.all_held(server as usize);
         self.server_live[server as usize] += 1;
+        self.settle_held(server as usize, was);
         if self.timers_on {
             // The stall timer counts from the issue; the late bound from the expected arrival.
             let live = self.live(id).expect("just issued");
@@ -2084,8 +2157,10 @@ impl Scheduler {
         self.free_slots.push(id.slot() as u32);
         self.frags[live.frag as usize].live -= 1;
         self.outstanding -= live.len - live.received;
+        let was = self.all_held(live.server as usize);
         if live.held {
             self.held_bytes -= live.len - live.received;
+            self.server_held[live.server as usize] -= 1;
         }
         if live.stuck {
             self.frags[live.frag as usize].stuck -= 1;
@@ -2100,6 +2175,7 @@ impl Scheduler {
         if *s == 0 {
             self.live_servers -= 1;
         }
+        self.settle_held(live.server as usize, was);
         self.compact_timers();
         live
     }
@@ -2107,7 +2183,10 @@ impl Scheduler {
     fn on_stall(&mut self, now: Instant, id: GrantId, gate: &mut Gate) {
         self.stats.stalls += 1;
         self.adapt_on_stall(now);
-        self.port_stalls += u64::from(!self.live(id).expect("stalled grant is live").stuck);
+        let live = self.live(id).expect("stalled grant is live");
+        let (port, store) = (!live.stuck && !live.store, !live.stuck && live.store);
+        self.port_stalls += u64::from(port);
+        self.store_stalls += u64::from(store);
         let live = self.live(id).expect("stalled grant is live");
         let (f, len, moves) = (live.frag as usize, live.len, live.moves);
         // The earliest the stall count may move it (see `escalate`).

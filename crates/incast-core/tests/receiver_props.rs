@@ -315,7 +315,20 @@ impl Harness {
                     "held {} after the poll, {held} before",
                     st.held
                 );
-                let counted = before - stuck - (st.late + held).min(budget);
+                // With the port's rate known, held bytes leave it as far as their credit
+                // goes (it fills at that rate), to at most the held bytes and a budget more.
+                prop_assert!(
+                    st.held_credit <= st.held + budget,
+                    "held credit {} over {} held and a budget {budget}",
+                    st.held_credit,
+                    st.held
+                );
+                let late = st.late.min(budget);
+                let held = match st.link_rate_bytes_per_sec {
+                    Some(r) if r > 0.0 => held.min(st.held_credit),
+                    _ => held.min(budget - late),
+                };
+                let counted = before - stuck - late - held;
                 prop_assert!(
                     rerequest || counted == 0 || counted + g.len <= budget,
                     "grant of {} with {} counted ({} outstanding), budget {}",
@@ -331,11 +344,15 @@ impl Harness {
                     .live
                     .iter()
                     .any(|l| !l.cancelled && l.read == read && l.server == g.server);
+                // Servers waiting on their stores leave the cap, up to the cap's worth.
+                let cap = self.senders_cap as usize;
+                let waiting = (st0.held_senders as usize).min(cap);
                 prop_assert!(
-                    rerequest || existing || senders == 0 || senders < self.senders_cap as usize,
-                    "new sender with {} of {} live",
+                    rerequest || existing || senders == 0 || senders - waiting.min(senders) < cap,
+                    "new sender with {} of {} live ({} waiting on stores)",
                     senders,
-                    self.senders_cap
+                    self.senders_cap,
+                    st0.held_senders
                 );
                 let m = &self.reads[&read];
                 // A new chunk is the policy's chunk, shrunk to half a small budget (never
