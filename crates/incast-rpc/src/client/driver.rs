@@ -183,6 +183,10 @@ pub(super) struct Conn {
     /// How long the frame being read waited in the socket before the client read its first
     /// bytes, by the kernel's receive timestamp (plaintext TCP; see [`HOST_WAIT_LIMIT`]).
     waited: Option<Duration>,
+    /// How long the grants sent when the connection opened waited for it: the client's
+    /// time, as `waited` is, which the first response's first-byte time holds (taken by
+    /// the connection's first frame).
+    opening: Option<Duration>,
     inflight: VecDeque<Inflight>,
     out: Vec<u8>,
     next_req: u64,
@@ -266,7 +270,10 @@ type Ready = Pin<Box<dyn Future<Output = (usize, io::Result<()>)> + Send>>;
 /// An open connection, its TLS session if it has one, and how its socket was tuned.
 type Opened = (TcpStream, Option<Session>, TuningReport);
 /// A connection being opened: its server, lane and address, and the outcome.
-type Connecting = Pin<Box<dyn Future<Output = (ServerId, Lane, SocketAddr, Result<Opened, OpenError>)> + Send>>;
+/// A connection being opened: its server, lane and address, the outcome, and when the
+/// opening began (the grants that waited for it were issued then).
+type Connecting =
+    Pin<Box<dyn Future<Output = (ServerId, Lane, SocketAddr, Result<Opened, OpenError>, Instant)> + Send>>;
 
 /// Why a connection could not be opened.
 enum OpenError {
@@ -440,8 +447,8 @@ impl<'a> Driver<'a> {
                         }
                     }
                 }
-                Some((server, lane, addr, result)) = self.connecting.next() => {
-                    self.on_connected(server, lane, addr, result).await;
+                Some((server, lane, addr, result, began)) = self.connecting.next() => {
+                    self.on_connected(server, lane, addr, result, began).await;
                 }
                 Some(ev) = self.events.recv() => {
                     self.on_stream_event(ev)?;
@@ -694,6 +701,7 @@ impl<'a> Driver<'a> {
         lane: Lane,
         addr: SocketAddr,
         result: Result<Opened, OpenError>,
+        began: Instant,
     ) {
         let waiting = self.pending.remove(&(server, lane)).unwrap_or_default();
         let now = Instant::now();
@@ -732,6 +740,8 @@ impl<'a> Driver<'a> {
             tls,
             rx: Rx::new(),
             waited: None,
+            // The first response answers a grant that waited for this connection.
+            opening: (!waiting.is_empty()).then(|| now.saturating_duration_since(began)),
             inflight: VecDeque::new(),
             out: Vec::new(),
             next_req: 1,
@@ -995,7 +1005,6 @@ impl<'a> Driver<'a> {
         #[cfg(not(feature = "tls"))]
         let tls: TlsSettings = None;
         self.connecting.push(Box::pin(async move {
-            #[cfg(feature = "tracing")]
             let began = Instant::now();
             let result = tokio::time::timeout(timeout, connect(server, addr, &tuning, tls))
                 .await
@@ -1006,7 +1015,7 @@ impl<'a> Driver<'a> {
                 });
             // The local port ties the connection to what `ss` or a packet capture shows.
             crate::trace::event!(debug, server = %server, local_port = result.as_ref().ok().and_then(|o| o.0.local_addr().ok()).map_or(0, |a| a.port()), took_us = began.elapsed().as_micros() as u64, ok = result.is_ok(), "connected");
-            (server, lane, addr, result)
+            (server, lane, addr, result, began)
         }));
         self.pending.insert((server, lane), Vec::new());
         Ok(None)
@@ -1168,13 +1177,15 @@ impl<'a> Driver<'a> {
                     return Ok(());
                 }
                 let h = Header::decode(buf).map_err(|e| format!("{server}: {e}"))?;
+                // Only the connection's first frame answers a grant that waited for it.
+                let opening = c.opening.take().unwrap_or_default();
                 c.rx = match h.kind {
                     Kind::Data => Rx::Data {
                         id: h.id,
                         left: h.len,
                         host: HostTime {
                             server: h.hold().unwrap_or_default(),
-                            client: c.waited.take().unwrap_or_default(),
+                            client: c.waited.take().unwrap_or_default() + opening,
                             server_capped: h.hold_capped(),
                         },
                     },
