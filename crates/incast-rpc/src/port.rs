@@ -77,9 +77,10 @@ struct Inner {
     /// The budget last seen, for the `tracing` event of a change.
     #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
     budget: u64,
-    /// The timeout multiplier and denied hedges last seen, for their `tracing` events.
+    /// The timeout multiplier, denied hedges and decreases (delay, loss, stalls) last seen,
+    /// for their `tracing` events.
     #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
-    seen: (u32, u64),
+    seen: (u32, u64, [u64; 3]),
     clock: Clock,
     /// The client interface's receive counter (see [`crate::rx_counter`]).
     counter: Counter,
@@ -116,20 +117,39 @@ impl Inner {
         #[cfg(feature = "tracing")]
         {
             let now = self.rx.budget();
-            if now != self.budget {
-                tracing::debug!(budget = now, was = self.budget, "port budget changed");
+            if now != self.budget && !tracing::enabled!(tracing::Level::DEBUG) {
                 self.budget = now;
             }
             if tracing::enabled!(tracing::Level::DEBUG) {
                 let st = self.rx.stats();
-                let (scale, denied) = self.seen;
+                let (scale, denied, decreases) = self.seen;
+                let counts = [st.delay_decreases, st.loss_decreases, st.stall_decreases];
+                if now != self.budget {
+                    // Why it moved: the decrease counters that moved with it, else growth
+                    // (or a ceiling or floor that came or went).
+                    let cause = match (0..3).find(|&i| counts[i] != decreases[i]) {
+                        Some(0) => "delay",
+                        Some(1) => "loss",
+                        Some(_) => "stalls",
+                        None if now > self.budget => "growth",
+                        None => "ceiling",
+                    };
+                    tracing::debug!(
+                        budget = now,
+                        was = self.budget,
+                        cause,
+                        slow_start = st.slow_start,
+                        "port budget changed"
+                    );
+                    self.budget = now;
+                }
                 if st.timeout_scale != scale {
                     tracing::debug!(scale = st.timeout_scale, was = scale, "port timeout scale changed");
                 }
                 if st.hedges_denied > denied {
                     tracing::debug!(denied = st.hedges_denied - denied, "port hedge bucket denied");
                 }
-                self.seen = (st.timeout_scale, st.hedges_denied);
+                self.seen = (st.timeout_scale, st.hedges_denied, counts);
             }
         }
     }
@@ -261,7 +281,7 @@ impl Port {
                 let rx = Receiver::new(config);
                 Inner {
                     budget: rx.budget(),
-                    seen: (rx.stats().timeout_scale, 0),
+                    seen: (rx.stats().timeout_scale, 0, [0; 3]),
                     rx,
                     outboxes: HashMap::new(),
                     clock: Clock::default(),

@@ -6,8 +6,8 @@
 //! elapsed time, grants and hedges when it ends):
 //! - `DEBUG` events: hedges and retries issued, requests that failed and why, connections
 //!   opened (with the local port and the time the connect took), reset (with the local port)
-//!   or lost, port budget changes, and the
-//!   read's end;
+//!   or lost, port budget changes (with their cause: growth, delay, loss, stalls or a
+//!   ceiling, and whether the budget is in slow start), and the read's end;
 //! - an `INFO` event when a read fails, with the error.
 //!
 //! Nothing is emitted per byte or per frame: the costliest path is one comparison per event
