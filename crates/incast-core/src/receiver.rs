@@ -886,11 +886,12 @@
 //!
 //! Checked by [`Receiver::check_invariants`], after every event in debug builds:
 //!
-//! 1. the port's outstanding bytes and live senders, and its stuck, late and held bytes,
-//!    are the sums over its reads;
+//! 1. the port's outstanding bytes and live senders, its stuck, late and held bytes, and
+//!    its senders waiting on their stores, are the sums over its reads;
 //! 2. a grant of new bytes was issued only when it fitted the budget (or nothing was
-//!    outstanding) and the sender cap (or it went to a server with grants of its read, or no
-//!    sender was live). Re-requests (hedges, drawn from the hedge bucket, and retries after
+//!    outstanding; held bytes within their credit and late ones do not count, see *A slow
+//!    store is not a stall*) and the sender cap (or it went to a server with grants of its
+//!    read, or no sender was live; waiting senders, up to the cap, do not count). Re-requests (hedges, drawn from the hedge bucket, and retries after
 //!    failures) replace bytes the port had admitted and go first regardless: a stall may
 //!    halve the budget, and the hedge of that very stall must not wait behind it;
 //! 3. the order set holds exactly the live reads, each under its current key;

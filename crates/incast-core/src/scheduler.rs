@@ -112,7 +112,8 @@
 //! 6. every started fragment that could take a grant is queued, and while the read is not
 //!    finished something is pending; with nothing outstanding, the next grant fits;
 //! 7. the stuck, late and held bytes are the remaining bytes of the live grants in each
-//!    state, and a held grant has no byte yet and is not stuck.
+//!    state, and a held grant has no byte yet and is not stuck; the held grants per server,
+//!    and the servers whose live grants are all held, recount from the live grants.
 //!
 //! # Cost
 //!
@@ -1446,6 +1447,7 @@ impl Scheduler {
             _ => {}
         }
     }
+
     /// Bytes confirmed so far.
     pub fn completed_bytes(&self) -> u64 {
         self.completed
