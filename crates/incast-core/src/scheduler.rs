@@ -1157,14 +1157,7 @@ impl Scheduler {
             let late_bound = live.late_at.map(|t| t.saturating_duration_since(live.issued_at));
             let clamped = late_bound.is_some_and(|b| b < sample);
             let sample = late_bound.map_or(sample, |b| sample.min(b));
-            let live = self.slots[id.slot()].live.as_mut().expect("checked live");
-            if std::mem::take(&mut live.held) {
-                self.held_bytes -= live.len - live.received;
-                let s = live.server as usize;
-                let was = self.all_held(s);
-                self.server_held[s] -= 1;
-                self.settle_held(s, was);
-            }
+            self.unhold(id);
             let live = self.slots[id.slot()].live.as_mut().expect("checked live");
             if std::mem::take(&mut live.stuck) {
                 // Alive again: its bytes count against the port (as late ones if it is).
