@@ -391,12 +391,14 @@ mod port_tests {
     }
 
     /// Every store takes 5 ms: on a warm port, 4 reads of 64 x 64 KiB at once take their
-    /// bytes at line rate plus about a store's time at 1 Gbit/s (144.8 ms against 139.3),
-    /// and within 2.5 times that at 10 Gbit/s (34.3 ms against 18.5: the link idles while
-    /// the first grants wait in the stores). Counting the bytes in a store against the
+    /// bytes at line rate plus a store's time at 1 Gbit/s (139.3 ms, the ideal), and within
+    /// 1.25 times that at 10 Gbit/s (22.2 ms against 18.5: the link idles while the first
+    /// grants wait in the stores). With the bytes the stores released counted against the
+    /// budget and nothing beside it, they took 144.8 and 34.3 ms (see "Released bytes do
+    /// not stop the next grants" in the receiver's docs). Counting the bytes in a store against the
     /// budget, the port took a store's time per budget (Little's law). Without the warm-up
-    /// the reads take 220 and 84 ms: slow start doubles the budget once per 5 ms round trip
-    /// (the build before the credit took 185 and 103 ms; warm, 139 and 24 ms, by taking its
+    /// the reads took 220 and 84 ms in the forty-third session: slow start doubles the
+    /// budget once per 5 ms round trip (the build before the credit took 185 and 103 ms; warm, 139 and 24 ms, by taking its
     /// own queue for another's and letting its budget grow to 4-13 MB, which a real port's
     /// buffer would not hold). The model has no switch buffer: a response's bytes wait for
     /// the link in the order they were granted.
@@ -432,7 +434,7 @@ mod port_tests {
                 - warm;
             let bytes = 4.0 * 64.0 * 65536.0 * 8.0;
             let ideal = Duration::from_secs_f64(bytes / cfg.link_bps as f64) + cfg.store + cfg.latency;
-            let bound = if gbps == 1 { 1.25 } else { 2.5 };
+            let bound = if gbps == 1 { 1.05 } else { 1.25 };
             assert!(
                 last <= ideal.mul_f64(bound),
                 "{gbps} Gbit/s: {last:?} against {ideal:?}: {r:?}"
