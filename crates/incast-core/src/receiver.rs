@@ -3550,16 +3550,11 @@ mod tests {
         rx.check_invariants().unwrap();
     }
 
-    /// Told the port's rate, held bytes leave the budget as fast as the port passes bytes,
-    /// not a budget's worth at once: one server known to hold its answers 20 ms, a budget
-    /// of two 16 KiB grants, a port of 16 KiB per ms. Polled every millisecond, one more
-    /// grant is held each time; polled once after an idle while, at most a budget more than
-    /// the budget.
-    #[test]
-    fn held_bytes_leave_the_budget_at_the_port_rate() {
+    /// A fixed budget of two 16 KiB grants on a port told 16 KiB per ms, and a policy that
+    /// pipelines deep enough to spend it on one fragment: (chunk, budget, config, policy).
+    fn a_budget_of_two_grants() -> (u64, u64, ReceiverConfig, Policy) {
         let chunk = 16 * 1024;
         let budget = 2 * chunk;
-        let ms = Duration::from_millis;
         let cfg = ReceiverConfig::builder()
             .adaptive(false)
             .min_budget(budget)
@@ -3567,7 +3562,23 @@ mod tests {
             .port_rate_bps(Some(8 * chunk * 1000))
             .build()
             .unwrap();
-        let deep = Policy::builder().pipeline_depth(64).build().unwrap();
+        (
+            chunk,
+            budget,
+            cfg,
+            Policy::builder().pipeline_depth(64).build().unwrap(),
+        )
+    }
+
+    /// Told the port's rate, held bytes leave the budget as fast as the port passes bytes,
+    /// not a budget's worth at once: one server known to hold its answers 20 ms, a budget
+    /// of two 16 KiB grants, a port of 16 KiB per ms. Polled every millisecond, one more
+    /// grant is held each time; polled once after an idle while, at most a budget more than
+    /// the budget.
+    #[test]
+    fn held_bytes_leave_the_budget_at_the_port_rate() {
+        let (chunk, _, cfg, deep) = a_budget_of_two_grants();
+        let ms = Duration::from_millis;
         let stripe = Stripe::fixed_sru("a", &servers(1), 1 << 20).unwrap();
         for polled_every_ms in [true, false] {
             let mut rx = Receiver::new(cfg.clone());
@@ -3597,17 +3608,8 @@ mod tests {
     /// two released grants filling the budget, two more go out once the credit has filled.
     #[test]
     fn released_bytes_do_not_stop_the_stores_next_grants() {
-        let chunk = 16 * 1024;
-        let budget = 2 * chunk;
+        let (_, budget, cfg, deep) = a_budget_of_two_grants();
         let ms = Duration::from_millis;
-        let cfg = ReceiverConfig::builder()
-            .adaptive(false)
-            .min_budget(budget)
-            .initial_budget(budget)
-            .port_rate_bps(Some(8 * chunk * 1000))
-            .build()
-            .unwrap();
-        let deep = Policy::builder().pipeline_depth(64).build().unwrap();
         let stripe = Stripe::fixed_sru("a", &servers(8), 1 << 20).unwrap();
         let mut rx = Receiver::new(cfg);
         rx.port_hold = Some(ms(20));
