@@ -887,10 +887,10 @@
 //! connection's last bytes until the next hold ends, so a lost tail waits for a tail-loss
 //! probe or the server's RTO. So where the rule above applies and a server reported loss
 //! within [`LOSSY_PORT_WINDOW`], a grant to a slow store carries a pace: its bytes over
-//! [`HELD_ANSWER_SPREAD`] of the hold
-//! (an eighth: the answer then takes at most that much longer than at the line rate,
-//! within the time it waited anyway), times [`PACING_GAIN`], at most that gain times the
-//! port's rate. Answers released together then overlap at about the port's rate. On the
+//! [`HELD_ANSWER_SPREAD`] of the hold (an eighth: the answer then takes at most that much
+//! longer than at the line rate, within the time it waited anyway), times
+//! [`PACING_GAIN`], at most that gain times the port's rate. Answers released together
+//! then overlap at about the port's rate. On the
 //! testbed with a 20 ms store the switch dropped 84,171 packets in a grid without it and
 //! 39,241 with it, the servers took 52 kernel RTOs and 15, and the reads got 0.480 and
 //! 0.505 of the line rate; with a 5 ms store 59,223 and 33,518 drops, 18 and 10 RTOs,
@@ -3648,6 +3648,14 @@ mod tests {
             // 16 KiB over 2.5 ms, times 1.25: 8.2 MB/s, half the port's 16.4 MB/s.
             let want = PACING_GAIN * len as f64 / (0.020 * HELD_ANSWER_SPREAD);
             let got = pace.expect("a held answer on a lossy port is paced") as f64;
+            assert!((got - want).abs() <= 0.01 * want, "pace {got} against {want}");
+        }
+        // At the threshold's hold (4 ms) an eighth is 0.5 ms, less than the grant takes at
+        // the port's rate (1 ms): the pace is the gain times the port's rate.
+        let link = chunk as f64 * 1000.0;
+        for (_, pace) in paces(SPARE_CREDIT_HOLD, Some(ms(10))) {
+            let got = pace.expect("paced") as f64;
+            let want = PACING_GAIN * link;
             assert!((got - want).abs() <= 0.01 * want, "pace {got} against {want}");
         }
         for (hold, loss_ago) in [
