@@ -2114,9 +2114,9 @@ impl Receiver {
             match self.read_mut(rk).map(|r| r.sched.poll_gated(now, &gate)) {
                 Some(Polled::Action(mut a)) => {
                     self.stats.grants += 1;
-                    self.expect_hold(now, rk, &a);
+                    let hold = self.expect_hold(now, rk, &a);
                     self.sync(now, rk);
-                    self.set_pace(now, &mut a);
+                    self.set_pace(now, hold, &mut a);
                     return Some((rk, a));
                 }
                 _ => {
@@ -2156,9 +2156,9 @@ impl Receiver {
                             self.hedge_tokens = (self.hedge_tokens + fill).min(self.config.hedge_burst);
                         }
                     }
-                    self.expect_hold(now, rk, &a);
+                    let hold = self.expect_hold(now, rk, &a);
                     self.sync(now, rk);
-                    self.set_pace(now, &mut a);
+                    self.set_pace(now, hold, &mut a);
                     return Some((rk, a));
                 }
                 Polled::Blocked => return None,
@@ -2736,11 +2736,18 @@ impl Receiver {
     /// stores' next grants (see "Released bytes do not stop the next grants" in the module
     /// docs).
     fn spare_credit(&self) -> u64 {
-        let holds = self.port_hold.is_some_and(|h| h >= SPARE_CREDIT_HOLD);
-        match self.link_rate() {
-            Some(r) if r > 0.0 && holds => self.held_credit.saturating_sub(self.held),
-            _ => 0,
+        match self.store_port_rate() {
+            Some(_) => self.held_credit.saturating_sub(self.held),
+            None => 0,
         }
+    }
+
+    /// The port's rate where its servers hold their answers [`SPARE_CREDIT_HOLD`] or more
+    /// lately and that rate is known: where the spare credit and the pace of held answers
+    /// apply (`None` elsewhere).
+    fn store_port_rate(&self) -> Option<f64> {
+        self.port_hold.filter(|&h| h >= SPARE_CREDIT_HOLD)?;
+        self.link_rate().filter(|&r| r > 0.0)
     }
 
     /// Refills the credit of held bytes at the port's rate (see "Bytes in a store are not in
@@ -3000,11 +3007,12 @@ impl Receiver {
 
     /// A grant just issued to a server whose store has held its answers lately is not
     /// expected before that hold (see "A slow store is not a stall" in the module docs).
-    fn expect_hold(&mut self, now: Instant, rk: ReadKey, a: &Action) {
-        let Action::Request(g) = a else { return };
+    /// Returns the hold expected of it (`None` while the port learnt none).
+    fn expect_hold(&mut self, now: Instant, rk: ReadKey, a: &Action) -> Option<Duration> {
+        let Action::Request(g) = a else { return None };
         // Every grant passes here: no hash of its server while no hold was learnt (a port
         // whose servers answer at once, or whose transport reports no hold).
-        let Some(port_hold) = self.port_hold else { return };
+        let port_hold = self.port_hold?;
         // A server not learnt yet (or any server, once the table was cleared at its bound)
         // is expected to hold as the port's servers have lately: where every store is slow,
         // a new server's first grant stalled at its path timer, and in slow start that
@@ -3013,6 +3021,7 @@ impl Receiver {
         if let Some(r) = self.read_mut(rk) {
             r.sched.expect_by(now, g.id, now + hold, hold >= STORE_HOLD);
         }
+        Some(hold)
     }
 
     /// A clean first-byte time `s`, of which `host` was the hosts' (see
@@ -3317,9 +3326,10 @@ impl Receiver {
     /// rate times its share of the bytes outstanding now that it is issued. Every grant in
     /// flight then ends about when the bytes ahead of it have drained at the port's rate,
     /// and together they arrive at about that rate instead of at each sender's line rate.
-    fn set_pace(&self, now: Instant, a: &mut Action) {
+    /// `hold`: the hold [`Receiver::expect_hold`] expected of the grant.
+    fn set_pace(&self, now: Instant, hold: Option<Duration>, a: &mut Action) {
         let Action::Request(g) = a else { return };
-        if let Some(pace) = self.held_answer_pace(now, g) {
+        if let Some(pace) = self.held_answer_pace(now, hold, g) {
             g.pace = Some(pace);
             return;
         }
@@ -3332,17 +3342,16 @@ impl Receiver {
         }
     }
 
-    /// The pace of grant `g` if its server is expected to hold it ([`STORE_HOLD`] or more),
-    /// the port's servers hold their answers [`SPARE_CREDIT_HOLD`] or more lately, the
-    /// port's rate is known and the port is lossy ([`Receiver::is_lossy`]): [`PACING_GAIN`]
-    /// times the grant's bytes over [`HELD_ANSWER_SPREAD`] of that hold, at most that gain
-    /// times the port's rate (see "Held answers are paced on a lossy port" in the module
-    /// docs).
-    fn held_answer_pace(&self, now: Instant, g: &crate::Grant) -> Option<u64> {
-        let port_hold = self.port_hold.filter(|&h| h >= SPARE_CREDIT_HOLD)?;
-        let link = self.link_rate().filter(|&r| r > 0.0)?;
-        let hold = self.holds.get(&g.server).copied().unwrap_or(port_hold);
-        if hold < STORE_HOLD || !self.is_lossy(now) {
+    /// The pace of grant `g` if its server is expected to hold it `hold`, [`STORE_HOLD`] or
+    /// more, the port's servers hold their answers [`SPARE_CREDIT_HOLD`] or more lately,
+    /// the port's rate is known and the port is lossy ([`Receiver::is_lossy`]):
+    /// [`PACING_GAIN`] times the grant's bytes over [`HELD_ANSWER_SPREAD`] of that hold, at
+    /// most that gain times the port's rate (see "Held answers are paced on a lossy port"
+    /// in the module docs).
+    fn held_answer_pace(&self, now: Instant, hold: Option<Duration>, g: &crate::Grant) -> Option<u64> {
+        let hold = hold.filter(|&h| h >= STORE_HOLD)?;
+        let link = self.store_port_rate()?;
+        if !self.is_lossy(now) {
             return None;
         }
         let spread = (hold.as_secs_f64() * HELD_ANSWER_SPREAD).max(g.len as f64 / link);
