@@ -173,6 +173,13 @@ impl Inner {
                 }
             }
         }
+        // The read the port held back for credit may not be the one pumping, and its task
+        // would not arm the keeper for it: the keeper looks again if it is armed later.
+        if let Some(t) = self.rx.credit_wake() {
+            if self.clock.armed.is_none_or(|a| t < a) {
+                self.clock.wake.notify_one();
+            }
+        }
     }
 
     /// The earliest deadline of the live reads, skipping those at or before `woken` (their
