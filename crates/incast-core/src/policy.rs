@@ -403,7 +403,9 @@ impl PolicyBuilder {
         self
     }
     /// D, most grants outstanding per fragment. Default [`DEFAULT_PIPELINE_DEPTH`]; range
-    /// `[1, MAX_PIPELINE_DEPTH]`.
+    /// `[1, MAX_PIPELINE_DEPTH]`. Under a client-wide receiver a fragment whose server's
+    /// grants all wait in its store may have
+    /// [`crate::scheduler::STORE_DEPTH_FACTOR`] times D.
     pub fn pipeline_depth(mut self, d: u32) -> Self {
         self.pipeline_depth = d;
         self

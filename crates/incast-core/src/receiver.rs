@@ -892,9 +892,15 @@
 //! then go out as the credit fills, between the stores' answers too. On the testbed the
 //! single-read rows of a 20 ms store read 0.300-0.318 of the line rate against 0.253-0.275
 //! in four alternated runs; the rows of 16 reads, which had events enough, did not move
-//! beyond the runs' spread (docs/measurements.md, *Forty-sixth session*). What it does not
-//! do: a read's own chunks (at most the policy's pipeline depth a fragment) still each
-//! wait for the store, so a single read takes about two holds a block.
+//! beyond the runs' spread (docs/measurements.md, *Forty-sixth session*). A read's own
+//! chunks still each waited for the store (at most the policy's pipeline depth of them a
+//! fragment, each a hold after the last), so a fragment whose grants all wait in its store
+//! now takes up to [`crate::scheduler::STORE_DEPTH_FACTOR`] times that depth (the
+//! scheduler's *Pipelining*). What that trades, on the testbed with a 5 ms store: a
+//! fifth fewer switch drops and 0-2 kernel RTOs a grid where there were 3-20, but single
+//! reads of 16 x 256 KiB at 0.42-0.48 of the line rate against 0.56-0.68 (their grants
+//! queued deeper at each server, expected as if each were alone, hedged 5-10 times as
+//! often).
 //!
 //! **Held answers are paced on a lossy port.** A store releases what it held when its own
 //! clock says, not when the port can take it: the testbed's stores answer on a 1 ms timer

@@ -30,7 +30,10 @@
 //!   and the bytes requested and not yet received stay within the (effective) budget B.
 //! - **Pipelining**: a fragment may have up to D grants outstanding (the policy's pipeline
 //!   depth), for consecutive ranges, so one sender's connection never idles a round trip
-//!   between chunks.
+//!   between chunks. Under a client-wide receiver, a fragment whose server's live grants
+//!   all wait in its store (held: see "A slow store is not a stall" in
+//!   [`crate::receiver`]) may have up to [`STORE_DEPTH_FACTOR`] times D: each further
+//!   grant waits in that store beside the others instead of a hold after them.
 //! - **Order**: three FIFO queues, served strictly in this order: fragments with ranges to
 //!   re-request (after a hedge or a failure); started fragments that can take another grant
 //!   (after each grant a fragment goes to the back, so started fragments share the budget
@@ -413,6 +416,13 @@ pub const LOST_CONNECTION_RETRIES: u8 = 1;
 /// push back its stall timer (see the module docs: a trickle is not progress). One Ethernet
 /// TCP segment's payload.
 pub const MIN_PROGRESS_BYTES: u64 = 1448;
+
+/// How many times the policy's pipeline depth a fragment may have outstanding while its
+/// server's live grants all wait in its store (4; see *Pipelining* in the module docs).
+/// A read's chunks each wait a hold: at depth 4 of 16 KiB chunks, one read of 8 x 256 KiB
+/// of a 20 ms store took four holds, where one hold and the transfer would do, whatever
+/// the port's credit allowed.
+pub const STORE_DEPTH_FACTOR: u32 = 4;
 
 /// Consecutive stalls without progress, with the hedge budget spent, after which a grant is
 /// moved to a replica that has not failed, or to the other connection of its server,
@@ -1531,12 +1541,16 @@ impl Scheduler {
             // with it a grant has at most two timer entries (see `compact_timers`).
             live.held = true;
             self.held_bytes += live.len;
-            let s = live.server as usize;
+            let (s, frag) = (live.server as usize, live.frag);
             self.stats.held_grants += 1;
             self.push_timer(at, id);
             let was = self.all_held(s);
             self.server_held[s] += 1;
             self.settle_held(s, was);
+            // Held by its store, the fragment may take a deeper pipeline.
+            if self.outcome.is_none() {
+                self.requeue(frag);
+            }
         }
     }
 
@@ -1674,7 +1688,7 @@ impl Scheduler {
         for (i, f) in self.frags.iter().enumerate() {
             completed += f.confirmed;
             let (live, live_bytes, stuck) = per_frag[i];
-            if live != f.live || live > self.depth || stuck != f.stuck {
+            if live != f.live || live > self.depth.saturating_mul(STORE_DEPTH_FACTOR) || stuck != f.stuck {
                 return violation(format!(
                     "fragment {i}: {live} live grants ({stuck} stuck), counters {} ({}), depth {}",
                     f.live, f.stuck, self.depth
@@ -1701,6 +1715,8 @@ impl Scheduler {
             if idx >= self.cursor && (f.next > 0 || f.live > 0 || f.in_ready || f.in_urgent) {
                 return violation(format!("fragment {i} is unstarted but has progress"));
             }
+            // The policy's depth: the deeper pipeline of a fragment held by its store is
+            // taken when it is polled, not owed (a hold that ends leaves it at D).
             let wants = f.has_work() && f.live < self.depth;
             if self.outcome.is_none() && idx < self.cursor && wants && !(f.in_ready || f.in_urgent) {
                 return violation(format!(
@@ -1888,7 +1904,18 @@ impl Scheduler {
 
     fn wants_grant(&self, f: u32) -> bool {
         let f = &self.frags[f as usize];
-        f.has_work() && f.live < self.depth
+        f.has_work() && f.live < self.depth_of(f)
+    }
+
+    /// Fragment `f`'s pipeline depth now: the policy's, or [`STORE_DEPTH_FACTOR`] times it
+    /// while its current server's live grants are all held by its store.
+    fn depth_of(&self, f: &Frag) -> u32 {
+        let server = self.routes[(f.routes_start + u32::from(f.route)) as usize] as usize;
+        if self.all_held(server) {
+            self.depth.saturating_mul(STORE_DEPTH_FACTOR)
+        } else {
+            self.depth
+        }
     }
 
     fn queue(&mut self, q: Queue) -> &mut VecDeque<u32> {
@@ -3512,6 +3539,40 @@ mod tests {
             assert_eq!(s.fragment_confirmed(i), Some(*l));
         }
         s.check_invariants().unwrap();
+    }
+
+    /// A fragment whose grants all wait in its store takes up to [`STORE_DEPTH_FACTOR`]
+    /// times the pipeline depth, each grant held as the receiver holds it; a fragment whose
+    /// server answers at once stays at the policy's depth.
+    #[test]
+    fn a_fragment_held_by_its_store_takes_a_deeper_pipeline() {
+        let p = Policy::builder()
+            .grant_size(GrantSize::Chunk { bytes: 1000 })
+            .pipeline_depth(2)
+            .inflight_budget(1_000_000)
+            .build()
+            .unwrap();
+        let stripe = Stripe::fixed_sru("a", &[ServerId(0)], 100_000).unwrap();
+        let now = Instant::now();
+        let hold = now + Duration::from_millis(20);
+        for store in [true, false] {
+            let mut s = Scheduler::new(&stripe, &p, 1);
+            let mut issued = 0;
+            loop {
+                let more = requests(&mut s, now);
+                if more.is_empty() {
+                    break;
+                }
+                for g in &more {
+                    s.expect_by(now, g.id, hold, store);
+                    issued += 1;
+                }
+                s.check_invariants().unwrap();
+            }
+            // Held: 4 (STORE_DEPTH_FACTOR) times the policy's 2.
+            let depth = if store { 8 } else { 2 };
+            assert_eq!((issued, s.live_grants()), (depth, depth), "store {store}");
+        }
     }
 
     /// A held (or stuck, or late) first grant of a fragment whose length was unknown, cut by

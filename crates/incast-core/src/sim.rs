@@ -442,44 +442,53 @@ mod port_tests {
         }
     }
 
-    /// Every store takes 20 ms: on a warm port at 1 Gbit/s, told its rate, a single read of
-    /// 64 x 32 KiB takes one hold and its transfer (36.8 ms, the ideal; within 1.1 times),
-    /// its grants going into the stores as the credit of held bytes fills, between the
-    /// stores' answers. Polled only at events (an answer, a stall timer), the grants the
-    /// credit let out waited for the first answers and the read took 45.2 ms (see "The
-    /// credit fills between events" in the receiver's docs).
+    /// Every store takes 20 ms: on a warm port at 1 Gbit/s, told its rate, a single read takes
+    /// one hold and its transfer (the ideal; within 1.1 times):
+    /// - 64 x 32 KiB (36.8 ms): its grants go into the stores as the credit of held bytes
+    ///   fills, between the stores' answers. Polled only at events (an answer, a stall
+    ///   timer), the grants the credit let out waited for the first answers and the read
+    ///   took 45.2 ms (see "The credit fills between events" in the receiver's docs);
+    /// - 8 x 256 KiB (36.8 ms): a fragment whose grants all wait in its store takes a
+    ///   deeper pipeline ([`crate::scheduler::STORE_DEPTH_FACTOR`]). At the policy's depth
+    ///   of 4 chunks of 16 KiB, each chunk waited a hold and the read took 84.8 ms.
     #[test]
     fn a_single_read_of_slow_stores_takes_one_hold() {
-        let servers: Vec<ServerId> = (0..64).map(ServerId).collect();
-        let cfg = SimConfig {
-            store: Duration::from_millis(20),
-            ..SimConfig::default()
-        };
-        // A 16 MiB read warms the port up (its budget, the stores' hold).
-        let warm = Duration::from_secs(1);
-        let reads = vec![
-            SimRead {
-                stripe: Stripe::fixed_sru("warm", &servers, 256 << 10).unwrap(),
-                policy: Policy::default(),
-                start: Duration::ZERO,
-            },
-            SimRead {
-                stripe: Stripe::fixed_sru("one", &servers, 32 * 1024).unwrap(),
-                policy: Policy::default(),
-                start: warm,
-            },
-        ];
-        // Told the port's rate: this model's arrivals (a response's bytes at once) are not
-        // what the busy-time samples of the rate are made for.
-        let rcfg = crate::ReceiverConfig::builder()
-            .port_rate_bps(Some(cfg.link_bps))
-            .build()
-            .unwrap();
-        let r = simulate_port(&reads, rcfg, &cfg, 0.0, Instant::now());
-        assert!(r.done[0].is_some_and(|d| d < warm), "the warm-up ends first: {r:?}");
-        let took = r.done[1].expect("the read completes") - warm;
-        let ideal = Duration::from_secs_f64(64.0 * 32768.0 * 8.0 / cfg.link_bps as f64) + cfg.store + cfg.latency;
-        assert!(took <= ideal.mul_f64(1.1), "{took:?} against {ideal:?}: {r:?}");
+        for (n, sru) in [(64u32, 32u64 << 10), (8, 256 << 10)] {
+            let servers: Vec<ServerId> = (0..n).map(ServerId).collect();
+            let cfg = SimConfig {
+                store: Duration::from_millis(20),
+                ..SimConfig::default()
+            };
+            // A 16 MiB read warms the port up (its budget, the stores' hold).
+            let warm = Duration::from_secs(1);
+            let reads = vec![
+                SimRead {
+                    stripe: Stripe::fixed_sru("warm", &servers, (16 << 20) / u64::from(n)).unwrap(),
+                    policy: Policy::default(),
+                    start: Duration::ZERO,
+                },
+                SimRead {
+                    stripe: Stripe::fixed_sru("one", &servers, sru).unwrap(),
+                    policy: Policy::default(),
+                    start: warm,
+                },
+            ];
+            // Told the port's rate: this model's arrivals (a response's bytes at once) are
+            // not what the busy-time samples of the rate are made for.
+            let rcfg = crate::ReceiverConfig::builder()
+                .port_rate_bps(Some(cfg.link_bps))
+                .build()
+                .unwrap();
+            let r = simulate_port(&reads, rcfg, &cfg, 0.0, Instant::now());
+            assert!(r.done[0].is_some_and(|d| d < warm), "the warm-up ends first: {r:?}");
+            let took = r.done[1].expect("the read completes") - warm;
+            let bits = f64::from(n) * sru as f64 * 8.0;
+            let ideal = Duration::from_secs_f64(bits / cfg.link_bps as f64) + cfg.store + cfg.latency;
+            assert!(
+                took <= ideal.mul_f64(1.1),
+                "{n} x {sru}: {took:?} against {ideal:?}: {r:?}"
+            );
+        }
     }
 
     /// A server that answers every request a second late, with no replica, is answered: each
