@@ -2803,10 +2803,10 @@ impl Receiver {
     /// `None` elsewhere: the next event frees the room, as before.
     fn credit_wake_at(&self, now: Instant) -> Option<Instant> {
         let rate = self.store_port_rate()?;
-        if self.held_credit >= self.held + self.budget.saturating_sub(self.late) {
+        if self.held_credit >= self.credit_cap() {
             return None;
         }
-        let chunk = (self.budget / MIN_GRANTS_PER_BUDGET).max(MIN_CHUNK) as f64;
+        let chunk = self.max_chunk() as f64;
         // At most the silence bound: a rate measured absurdly low must not overflow.
         let wait = Duration::try_from_secs_f64(chunk / rate).unwrap_or(PORT_SILENCE);
         now.checked_add(wait.clamp(CREDIT_WAKE, PORT_SILENCE))
@@ -2820,11 +2820,22 @@ impl Receiver {
         self.link_rate().filter(|&r| r > 0.0)
     }
 
+    /// The most the credit of held bytes holds: the held bytes plus what the budget leaves
+    /// beside the late ones (see "Bytes in a store are not in the port" in the module docs).
+    fn credit_cap(&self) -> u64 {
+        self.held + self.budget.saturating_sub(self.late)
+    }
+
+    /// The largest chunk a grant may take: half the budget, at least [`MIN_CHUNK`].
+    fn max_chunk(&self) -> u64 {
+        (self.budget / MIN_GRANTS_PER_BUDGET).max(MIN_CHUNK)
+    }
+
     /// Refills the credit of held bytes at the port's rate (see "Bytes in a store are not in
     /// the port" in the module docs): it grows by the bytes the port passes meanwhile, to at
     /// most the held bytes plus what the budget leaves beside the late ones.
     fn refill_credit(&mut self, now: Instant) {
-        let room = self.held + self.budget.saturating_sub(self.late);
+        let room = self.credit_cap();
         let add = match (self.link_rate(), self.credit_at) {
             (Some(r), Some(t)) if r > 0.0 => (r * now.saturating_duration_since(t).as_secs_f64()) as u64,
             _ => 0,
@@ -2890,7 +2901,7 @@ impl Receiver {
                 Some(r) => ((r * GRANT_TIME.as_secs_f64()) as u64).min(self.budget / GRANTS_PER_BUDGET),
                 None => 0,
             },
-            max_chunk: (self.budget / MIN_GRANTS_PER_BUDGET).max(MIN_CHUNK),
+            max_chunk: self.max_chunk(),
             whole_rest: self.budget / MIN_GRANTS_PER_BUDGET,
             timeout_scale: self.timeout_scale,
             // Stalls are judged in `handle_timeout_of` only.
