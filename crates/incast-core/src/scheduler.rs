@@ -69,7 +69,13 @@
 //!   it, and only a grant issued on an idle connection gives an RTT sample (its first byte is
 //!   not delayed by another grant's transfer). Timing each grant from its own issue instead
 //!   fired a spurious hedge for most blocks on the testbed (queued grants wait for up to
-//!   D - 1 grants ahead of them, several RTOs).
+//!   D - 1 grants ahead of them, several RTOs). For the same reason, when a grant is
+//!   hedged or moved off its connection, the grants of its fragment queued behind it there
+//!   that have no byte yet go along, as retries: they wait for the same lost bytes. Hedged
+//!   one by one as their own timers fired, they spent the hedge budget on one connection's
+//!   stall (a single read of 16 servers of a 5 ms store had up to 12 such grants on a
+//!   connection), and the stalls after them waited to be moved; moved one by one, each
+//!   waited its own bound (docs/measurements.md, *Forty-seventh session*).
 //! - **Progress is a segment, not a byte.** A grant progresses when [`MIN_PROGRESS_BYTES`]
 //!   more of its bytes have arrived since its last progress, or its last byte has. Counting
 //!   every byte let a server that trickles one byte per 200 ms (a fault `incast-bench chaos`
@@ -366,7 +372,9 @@ pub struct SchedulerStats {
     pub grants: u64,
     /// Hedges issued.
     pub hedges: u64,
-    /// Retries issued after failures.
+    /// Retries issued: after failures, after moves ([`SchedulerStats::escalations`]), and
+    /// for grants moved along with a hedge of the grant ahead of them on their connection
+    /// (see *Stalls are per connection* in the module docs).
     pub retries: u64,
     /// Bytes charged to the hedge budget.
     pub hedged_bytes: u64,
@@ -2297,7 +2305,37 @@ impl Scheduler {
             stuck: live.stuck,
         });
         self.open_hedges.insert(id, live.scale);
+        self.move_followers(f, &live);
         self.requeue(f as u32);
+    }
+
+    /// Moves the grants of fragment `f` queued behind grant `head`, just hedged or moved, on
+    /// its connection that have no byte yet (responses on a connection come in order: they
+    /// wait for the same lost bytes) along with it, as retries: no hedge budget spent on
+    /// them, no bound of their own waited (see *Stalls are per connection* in the module
+    /// docs).
+    fn move_followers(&mut self, f: usize, head: &Live) {
+        let mut followers: Vec<(u64, GrantId)> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| {
+                let l = s.live.as_ref()?;
+                let behind =
+                    l.frag as usize == f && (l.route, l.lane) == (head.route, head.lane) && l.start > head.start;
+                (behind && l.received == 0 && !l.stuck).then(|| (l.start, GrantId::new(i as u32, s.generation)))
+            })
+            .collect();
+        followers.sort_unstable();
+        for (_, id) in followers {
+            let live = self.release(id);
+            self.cancels.push_back(Action::Cancel {
+                id,
+                server: self.servers[live.server as usize],
+                lane: live.lane,
+            });
+            self.frags[f].holes.push(Hole::retry_of(&live));
+        }
     }
 
     /// Moves stalled grant `id` (the transport is told to cancel it; its range is
@@ -2327,6 +2365,9 @@ impl Scheduler {
     /// a server that takes `T` to answer is answered after at most about `3T` plus the
     /// first move's wait, and a lost tail, repaired by the first move, pays nothing. The
     /// time bound of a lossy port keeps its own count ([`MAX_TIMED_MOVES`]).
+    ///
+    /// The grants queued behind it on its connection with no byte yet go along, where the
+    /// fragment moves (`move_followers`).
     fn escalate(&mut self, id: GrantId, now: Instant, timed: bool) {
         let live = self.live(id).expect("stalled grant is live");
         let frag = &self.frags[live.frag as usize];
@@ -2371,6 +2412,9 @@ impl Scheduler {
             },
             stuck: live.stuck,
         });
+        if next.is_some() {
+            self.move_followers(live.frag as usize, &live);
+        }
         self.requeue(live.frag);
     }
 
@@ -2797,6 +2841,68 @@ mod tests {
         assert!(s.is_complete());
         assert_eq!(s.stats().hedges, 1);
         assert_eq!(s.stats().discarded_bytes, 500);
+    }
+
+    /// The grants queued behind a hedged or moved grant on its connection go along with
+    /// it, as retries, in order: one hedge of the hedge budget (or one move) for the
+    /// connection's stall, not one per grant (a single read of 16 servers of a 5 ms store had
+    /// 12 grants queued on one connection, and their hedges spent the read's budget).
+    #[test]
+    fn grants_queued_behind_a_hedged_or_moved_grant_go_along() {
+        let stripe = Stripe::fixed_sru("k", &servers(1), 4_000).unwrap();
+        let p = Policy::builder()
+            .grant_size(GrantSize::Chunk { bytes: 1_000 })
+            .pipeline_depth(4)
+            .inflight_budget(4_000)
+            .build()
+            .unwrap();
+        for hedge in [true, false] {
+            let mut s = Scheduler::new(&stripe, &p, 7);
+            let t0 = Instant::now();
+            let gs = requests(&mut s, t0);
+            assert_eq!(gs.len(), 4);
+            assert!(gs.iter().all(|g| g.lane == Lane::Primary));
+            // The third grant has a byte: it is not waiting for the first one's bytes.
+            assert!(matches!(s.on_bytes(t0, gs[2].id, 1), Ok(Delivery::Write { .. })));
+            // The first grant stalls (the others' timers, jittered, come about then too)
+            // and is hedged, or moved (its read's hedge budget spent).
+            let due = t0 + Duration::from_millis(10);
+            if hedge {
+                let mut gate = Gate::OPEN;
+                s.on_stall(due, gs[0].id, &mut gate);
+            } else {
+                s.escalate(gs[0].id, due, false);
+            }
+            let actions: Vec<Action> = std::iter::from_fn(|| s.poll_action(due)).collect();
+            let cancelled: Vec<GrantId> = actions
+                .iter()
+                .filter_map(|a| match a {
+                    Action::Cancel { id, .. } => Some(*id),
+                    Action::Request(_) => None,
+                })
+                .collect();
+            let issued: Vec<(GrantKind, Lane, u64)> = actions
+                .iter()
+                .filter_map(|a| match a {
+                    Action::Request(g) => Some((g.kind, g.lane, g.block_offset)),
+                    Action::Cancel { .. } => None,
+                })
+                .collect();
+            assert_eq!(cancelled, vec![gs[0].id, gs[1].id, gs[3].id], "{actions:?}");
+            let first = if hedge { GrantKind::Hedge } else { GrantKind::Retry };
+            assert_eq!(
+                issued,
+                vec![
+                    (first, Lane::Spare, 0),
+                    (GrantKind::Retry, Lane::Spare, 1_000),
+                    (GrantKind::Retry, Lane::Spare, 3_000),
+                ],
+                "hedge {hedge}"
+            );
+            let st = s.stats();
+            assert_eq!((st.hedges, st.escalations), (u64::from(hedge), u64::from(!hedge)));
+            s.check_invariants().unwrap();
+        }
     }
 
     #[test]
