@@ -898,9 +898,11 @@
 //! now takes up to [`crate::scheduler::STORE_DEPTH_FACTOR`] times that depth (the
 //! scheduler's *Pipelining*). What that trades, on the testbed with a 5 ms store: a
 //! fifth fewer switch drops and 0-2 kernel RTOs a grid where there were 3-20, but single
-//! reads of 16 x 256 KiB at 0.42-0.48 of the line rate against 0.56-0.68 (their grants
-//! queued deeper at each server, expected as if each were alone, hedged 5-10 times as
-//! often).
+//! reads of 16 x 256 KiB at 0.42-0.48 of the line rate against 0.56-0.68: up to 12 grants
+//! queued on a connection, and a stall of it hedged each of them, which spent the read's
+//! hedge budget on one stall. Since the grants behind a hedged or moved grant go along
+//! with it (the scheduler's *Stalls are per connection*), those reads read 0.66-0.73
+//! (docs/measurements.md, *Forty-seventh session*).
 //!
 //! **Held answers are paced on a lossy port.** A store releases what it held when its own
 //! clock says, not when the port can take it: the testbed's stores answer on a 1 ms timer
