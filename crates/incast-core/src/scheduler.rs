@@ -2179,6 +2179,17 @@ impl Scheduler {
         self.slot_of(id).ok().flatten()
     }
 
+    /// Ends live grant `id` (see `release`) and tells the transport to cancel it.
+    fn cancel(&mut self, id: GrantId) -> Live {
+        let live = self.release(id);
+        self.cancels.push_back(Action::Cancel {
+            id,
+            server: self.servers[live.server as usize],
+            lane: live.lane,
+        });
+        live
+    }
+
     /// Ends a live grant: frees its slot and releases what it held.
     fn release(&mut self, id: GrantId) -> Live {
         let slot = &mut self.slots[id.slot()];
@@ -2260,12 +2271,7 @@ impl Scheduler {
             self.push_timer(now + timeout, id);
             return;
         }
-        let live = self.release(id);
-        self.cancels.push_back(Action::Cancel {
-            id,
-            server: self.servers[live.server as usize],
-            lane: live.lane,
-        });
+        let live = self.cancel(id);
         self.stats.hedged_bytes += len;
         gate.hedge_room -= len;
         self.frags[f].stalled |= stall_bit(live.route, live.lane);
@@ -2328,12 +2334,7 @@ impl Scheduler {
             .collect();
         followers.sort_unstable();
         for (_, id) in followers {
-            let live = self.release(id);
-            self.cancels.push_back(Action::Cancel {
-                id,
-                server: self.servers[live.server as usize],
-                lane: live.lane,
-            });
+            let live = self.cancel(id);
             self.frags[f].holes.push(Hole::retry_of(&live));
         }
     }
@@ -2383,12 +2384,7 @@ impl Scheduler {
                 None => (frag.route, live.lane.other()),
             })
         };
-        let live = self.release(id);
-        self.cancels.push_back(Action::Cancel {
-            id,
-            server: self.servers[live.server as usize],
-            lane: live.lane,
-        });
+        let live = self.cancel(id);
         self.stats.escalations += 1;
         // Moved, not marked failed: the server may only be slow, and stays a route to return
         // to if the replica fails.
@@ -2442,12 +2438,7 @@ impl Scheduler {
         for i in 0..self.slots.len() {
             if self.slots[i].live.is_some() {
                 let id = GrantId::new(i as u32, self.slots[i].generation);
-                let live = self.release(id);
-                self.cancels.push_back(Action::Cancel {
-                    id,
-                    server: self.servers[live.server as usize],
-                    lane: live.lane,
-                });
+                let live = self.cancel(id);
                 // Never granted again (the read is over), but accounted for.
                 self.frags[live.frag as usize].holes.push(Hole::retry_of(&live));
             }
