@@ -884,6 +884,9 @@ pub struct Scheduler {
     stuck_bytes: u64,
     /// Remaining bytes of the held grants (see [`Scheduler::expect_by`]).
     held_bytes: u64,
+    /// Bytes whose hold ended at their first byte or expected time: released by their
+    /// stores into the port, over the scheduler's life ([`Scheduler::released_bytes`]).
+    released_bytes: u64,
     /// Stalls of grants that were not stuck nor waiting on a slow store: the ones a
     /// receiver reads as its port's.
     port_stalls: u64,
@@ -988,6 +991,7 @@ impl Scheduler {
             late_bytes: 0,
             stuck_bytes: 0,
             held_bytes: 0,
+            released_bytes: 0,
             port_stalls: 0,
             store_stalls: 0,
             frags,
@@ -1567,11 +1571,20 @@ impl Scheduler {
         self.held_bytes
     }
 
-    /// Ends grant `id`'s hold, if it is held.
+    /// Bytes of held grants whose hold ended at their first byte or expected time, over the
+    /// scheduler's life: what the stores released into the port. Holds that ended otherwise
+    /// (the grant cancelled, cut or marked stuck) are not in it.
+    pub(crate) fn released_bytes(&self) -> u64 {
+        self.released_bytes
+    }
+
+    /// Ends grant `id`'s hold, if it is held: its store released it (its first byte came,
+    /// or its expected time passed).
     fn unhold(&mut self, id: GrantId) {
         let live = self.slots[id.slot()].live.as_mut().expect("unhold of a live grant");
         if std::mem::take(&mut live.held) {
             self.held_bytes -= live.len - live.received;
+            self.released_bytes += live.len - live.received;
             let s = live.server as usize;
             let was = self.all_held(s);
             self.server_held[s] -= 1;
