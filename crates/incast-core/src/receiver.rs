@@ -873,8 +873,8 @@
 //! port's rate. That row then read 0.92-0.97 of the line rate against 0.74-0.85 (three runs
 //! of each), with 1,161-1,215 drops and no kernel RTO. Not on a port that lost nothing: its
 //! rate is measured in bursts shorter than a hold, and on loopback with a 100 ms store
-//! (measured at 11-141 Mbit/s) spending held the reads to 0.28-0.50x of `naive`'s goodput
-//! against 0.80-1.00x (docs/measurements.md, *Forty-eighth session*).
+//! (measured at 8-141 Mbit/s) spending held the reads to 0.11-0.50x of `naive`'s goodput
+//! against 0.45-1.00x (docs/measurements.md, *Forty-eighth session*).
 //!
 //! The first rule (a budget's worth at all times) needed a budget of the rate times half the
 //! hold: with a 5 ms store on loopback, 4 reads of 64 servers read 0.08-0.26x of `naive`'s
@@ -3890,8 +3890,8 @@ mod tests {
     /// go out at the port's rate, not at that rate plus the rate the stores release. A port
     /// of one 16 KiB grant a millisecond, servers that hold 20 ms, every answer arriving
     /// whole at its hold's end: over three holds a port that a server reported loss on puts
-    /// out a grant a millisecond, give or take a budget; one that lost nothing puts out one
-    /// more a millisecond every hold (1, 2, then 3 a millisecond).
+    /// out a grant a millisecond, give or take two budgets; one that lost nothing puts out
+    /// one more a millisecond every hold (1, 2, then 3 a millisecond).
     #[test]
     fn released_bytes_spend_the_credit_of_held_bytes_on_a_lossy_port() {
         let (chunk, budget, cfg, deep) = a_budget_of_two_grants();
