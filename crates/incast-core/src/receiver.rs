@@ -953,9 +953,10 @@
 //! rate as known, so a port's rate measured under the pace cannot grow past it. At
 //! 10 Gbit/s, where the 2-core testbed's retransmits now and then keep the port lossy,
 //! the reads knew the port at a median 6.6-7.1 Gbit/s a run, against 8.2-9.0 without the
-//! pace, and read 0.85-0.92x of `naive` against 0.97-1.02x without it. Credit filled faster while
-//! paced (a probe of [`PACING_GAIN`]) and a pace only where at least 3% of the last 64
-//! responses saw loss both lost elsewhere or gained nothing there.
+//! pace, and read 0.85-0.92x of `naive` against 0.97-1.02x without it. Credit filled
+//! faster while paced (a probe of [`PACING_GAIN`], always or only while under 3% of the
+//! last 64 responses saw loss) and a pace only where at least 3% did: each lost elsewhere
+//! or gained nothing there.
 //!
 //! Servers waiting on their stores send nothing either: of the servers whose grants are all
 //! held, up to the sender cap's worth leave the cap (each read's scheduler counts them).
