@@ -941,10 +941,11 @@
 //!
 //! Nor over longer than the budget takes to drain at the port's rate. A paced answer counts
 //! against the budget while it trickles in, and an eighth of a long hold can outlast the
-//! whole budget at the port's rate: at 100 Mbit/s with a 20 ms store an eighth is 2.5 ms,
-//! where a budget of two 16 KiB grants drains in 2.6 ms; at 10 Gbit/s with a 5 ms store
-//! (held 6-8 ms on the loaded testbed) a 256 KiB answer took about 1 ms in a budget of
-//! 0.5-0.8 MB. The budget then held answers that together carried less than the port.
+//! whole budget at the port's rate: at 100 Mbit/s with a 20 ms store (held about 21 ms) an
+//! eighth is 2.7 ms, where the budget at its 16 KiB floor, where losses keep it, drains in
+//! 1.3 ms; at 10 Gbit/s with a 5 ms store (held 6-14 ms on the loaded testbed) a 256 KiB
+//! answer took about 1 ms in a budget of 0.3-1.1 MB. The budget then held answers that
+//! together carried less than the port.
 //! Bounded so, the 100 Mbit/s grid with a 20 ms store read 0.844 of the line rate in two
 //! runs against 0.781 and 0.798, and the 1 Gbit/s one 0.616 and 0.622 against 0.576 and
 //! 0.577, for 35-45% more switch drops and no kernel RTO; with a 5 ms store the same
