@@ -3031,7 +3031,8 @@ impl Receiver {
         let old_late = std::mem::replace(&mut r.late, late);
         let held = r.sched.held_bytes();
         let old_held = std::mem::replace(&mut r.held, held);
-        let released = r.sched.released_bytes() - std::mem::replace(&mut r.released, r.sched.released_bytes());
+        let released_total = r.sched.released_bytes();
+        let released = released_total - std::mem::replace(&mut r.released, released_total);
         r.outstanding = out;
         r.senders = senders;
         r.held_senders = r.sched.held_senders();
