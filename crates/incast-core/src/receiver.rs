@@ -897,6 +897,22 @@
 //! (docs/measurements.md, *Forty-fourth session*). Elsewhere (no store holds, no rate
 //! yet) nothing changes.
 //!
+//! **Spare credit is for grants the stores hold.** Whether the spare credit applies is the
+//! port's hold (its servers' lately); whether a grant is held is its own server's. A grant
+//! held by its store spends the spare credit by being held (the held bytes grow), but a
+//! grant to a server that answers at once took the same room and spent nothing: the next
+//! grant found the credit whole, and the next, while the budget's own room stayed shut.
+//! One slow answer is enough to set the port's hold (a higher hold moves it half-way up):
+//! traced on the testbed at 100 Mbit/s beside 2 bulk flows (64 x 32 KiB, 4 reads at once),
+//! one first byte 24 ms after its request on a port whose servers answered in 15-115 us
+//! lifted the port's hold from 74 us to 12 ms, and at that instant one read put out 124
+//! grants of 4 KiB with a budget of 16 KiB (516 KB outstanding, none of it held). About
+//! a hundred milliseconds on, its stalled fragments were hedged and moved together (30
+//! hedges and 180 retries within 63 ms), and its servers took 8 kernel RTOs. So a grant of
+//! new bytes that its store does not hold spends the spare credit it took past the
+//! budget's room. Beside 2 bulk flows at 100 Mbit/s that row took no kernel RTO in five
+//! runs against 0-6 a run (14 in five) before (docs/measurements.md, *Fiftieth session*).
+//!
 //! **The credit fills between events.** The credit grows with time, but a grant waiting on
 //! it went out only at the receiver's next event (bytes, a timer). A port whose bytes all
 //! wait in the stores has none until a store answers, so the grants the credit would have
@@ -993,8 +1009,9 @@
 //!    its senders waiting on their stores, are the sums over its reads;
 //! 2. a grant of new bytes was issued only when it fitted the budget (or nothing was
 //!    outstanding; held bytes within their credit and late ones do not count, and where the
-//!    port's servers hold, the credit held bytes do not use adds to the budget's room, see
-//!    *A slow store is not a stall*) and the sender cap (or it went to a server with grants
+//!    port's servers hold, the credit held bytes do not use adds to the budget's room, and
+//!    a grant its store does not hold spends what it took of it, see *A slow store is not
+//!    a stall*) and the sender cap (or it went to a server with grants
 //!    of its read, or no sender was live; waiting senders, up to the cap, do not count). Re-requests (hedges, drawn from the hedge bucket, and retries after
 //!    failures) replace bytes the port had admitted and go first regardless: a stall may
 //!    halve the budget, and the hedge of that very stall must not wait behind it;
@@ -2204,6 +2221,11 @@ impl Receiver {
         self.refill_credit(now);
         self.credit_wake = None;
         let gate = self.gate(now);
+        // The room the budget alone leaves; a grant of new bytes past it takes the spare credit.
+        let budget_room = match self.counted() {
+            0 => u64::MAX,
+            c => self.budget.saturating_sub(c),
+        };
         let mut cursor = self.order.iter().next().copied();
         while let Some(key) = cursor {
             let rk = self.key_of(key);
@@ -2234,6 +2256,7 @@ impl Receiver {
                         }
                     }
                     let hold = self.expect_hold(now, rk, &a);
+                    self.spend_spare_credit(&a, hold, budget_room);
                     self.sync(now, rk);
                     self.set_pace(now, hold, &mut a);
                     return Some((rk, a));
@@ -2823,6 +2846,21 @@ impl Receiver {
             _ => self.held.min(self.budget - late),
         };
         self.outstanding - self.stuck - late - held
+    }
+
+    /// A grant of new bytes just issued with `budget_room` left in the budget alone, whose
+    /// server is expected to hold it `hold`: the part of it past that room took the spare
+    /// credit ([`Receiver::spare_credit`]). A grant its store holds spends that credit by
+    /// being held (the held bytes grow); one that is not held spends it here, or it would
+    /// leave the credit whole for the next grant, and the next, without end (see "Spare
+    /// credit is for grants the stores hold" in the module docs).
+    fn spend_spare_credit(&mut self, a: &Action, hold: Option<Duration>, budget_room: u64) {
+        let Action::Request(g) = a else { return };
+        if matches!(g.kind, crate::GrantKind::Hedge | crate::GrantKind::Retry) || hold.is_some_and(|h| h >= STORE_HOLD)
+        {
+            return;
+        }
+        self.held_credit = self.held_credit.saturating_sub(g.len.saturating_sub(budget_room));
     }
 
     /// Credit that held bytes do not use, where the port's servers hold their answers
@@ -3919,6 +3957,35 @@ mod tests {
         }
         assert_eq!(rx.stats().spare_credit, 0);
         assert!(requests(&mut rx, t + ms(20)).is_empty());
+    }
+
+    /// The spare credit is for grants the stores hold: a grant to a server that answers at
+    /// once takes it too, but spends it. A budget of two 16 KiB grants, a port of 16 KiB per
+    /// ms whose servers held 20 ms lately (the port's hold: one slow answer can set it), but
+    /// whose every server answered at once (each server's own hold, 20 us): 20 ms after the
+    /// budget's two grants, the credit takes two more, not the whole block.
+    #[test]
+    fn grants_that_no_store_holds_spend_the_spare_credit() {
+        let (chunk, budget, cfg, deep) = a_budget_of_two_grants();
+        let ms = Duration::from_millis;
+        let stripe = Stripe::fixed_sru("a", &servers(8), 1 << 20).unwrap();
+        let mut rx = Receiver::new(cfg);
+        rx.port_hold = Some(ms(20));
+        for s in servers(8) {
+            rx.holds.insert(s, Duration::from_micros(20));
+        }
+        let t = Instant::now();
+        let _a = rx.start_read(t, &stripe, &deep, 1, ReadOptions::default());
+        assert_eq!(requests(&mut rx, t).len(), 2, "the budget alone");
+        let st = rx.stats();
+        assert_eq!((st.held, st.outstanding), (0, budget), "no grant is held: {st:?}");
+        let more = requests(&mut rx, t + ms(20));
+        assert_eq!(more.len(), 2, "a budget of spare credit, spent: {more:?}");
+        let st = rx.stats();
+        assert_eq!((st.held, st.outstanding, st.spare_credit), (0, 4 * chunk, 0), "{st:?}");
+        rx.check_invariants().unwrap();
+        // It fills again at the port's rate: one more grant a millisecond.
+        assert_eq!(requests(&mut rx, t + ms(21)).len(), 1);
     }
 
     /// On a lossy port, bytes the stores released spend their credit: grants to slow stores
