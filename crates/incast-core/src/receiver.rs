@@ -2221,11 +2221,6 @@ impl Receiver {
         self.refill_credit(now);
         self.credit_wake = None;
         let gate = self.gate(now);
-        // The room the budget alone leaves; a grant of new bytes past it takes the spare credit.
-        let budget_room = match self.counted() {
-            0 => u64::MAX,
-            c => self.budget.saturating_sub(c),
-        };
         let mut cursor = self.order.iter().next().copied();
         while let Some(key) = cursor {
             let rk = self.key_of(key);
@@ -2256,7 +2251,7 @@ impl Receiver {
                         }
                     }
                     let hold = self.expect_hold(now, rk, &a);
-                    self.spend_spare_credit(&a, hold, budget_room);
+                    self.spend_spare_credit(&a, hold);
                     self.sync(now, rk);
                     self.set_pace(now, hold, &mut a);
                     return Some((rk, a));
@@ -2848,18 +2843,25 @@ impl Receiver {
         self.outstanding - self.stuck - late - held
     }
 
-    /// A grant of new bytes just issued with `budget_room` left in the budget alone, whose
-    /// server is expected to hold it `hold`: the part of it past that room took the spare
-    /// credit ([`Receiver::spare_credit`]). A grant its store holds spends that credit by
-    /// being held (the held bytes grow); one that is not held spends it here, or it would
-    /// leave the credit whole for the next grant, and the next, without end (see "Spare
-    /// credit is for grants the stores hold" in the module docs).
-    fn spend_spare_credit(&mut self, a: &Action, hold: Option<Duration>, budget_room: u64) {
+    /// A grant of new bytes just issued (before [`Receiver::sync`] counts it), whose server
+    /// is expected to hold it `hold`: the part of it past the room the budget alone left
+    /// took the spare credit ([`Receiver::spare_credit`]). A grant its store holds spends
+    /// that credit by being held (the held bytes grow); one that is not held spends it here,
+    /// or it would leave the credit whole for the next grant, and the next, without end (see
+    /// "Spare credit is for grants the stores hold" in the module docs). O(1), and nothing
+    /// to do where no spare credit applies.
+    fn spend_spare_credit(&mut self, a: &Action, hold: Option<Duration>) {
         let Action::Request(g) = a else { return };
-        if matches!(g.kind, crate::GrantKind::Hedge | crate::GrantKind::Retry) || hold.is_some_and(|h| h >= STORE_HOLD)
+        if matches!(g.kind, crate::GrantKind::Hedge | crate::GrantKind::Retry)
+            || hold.is_some_and(|h| h >= STORE_HOLD)
+            || self.port_hold.is_none_or(|h| h < SPARE_CREDIT_HOLD)
         {
             return;
         }
+        let budget_room = match self.counted() {
+            0 => return,
+            c => self.budget.saturating_sub(c),
+        };
         self.held_credit = self.held_credit.saturating_sub(g.len.saturating_sub(budget_room));
     }
 
