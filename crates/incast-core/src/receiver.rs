@@ -1009,9 +1009,8 @@
 //!    its senders waiting on their stores, are the sums over its reads;
 //! 2. a grant of new bytes was issued only when it fitted the budget (or nothing was
 //!    outstanding; held bytes within their credit and late ones do not count, and where the
-//!    port's servers hold, the credit held bytes do not use adds to the budget's room, and
-//!    a grant its store does not hold spends what it took of it, see *A slow store is not
-//!    a stall*) and the sender cap (or it went to a server with grants
+//!    port's servers hold, the credit held bytes do not use adds to the budget's room, see
+//!    *A slow store is not a stall*) and the sender cap (or it went to a server with grants
 //!    of its read, or no sender was live; waiting senders, up to the cap, do not count). Re-requests (hedges, drawn from the hedge bucket, and retries after
 //!    failures) replace bytes the port had admitted and go first regardless: a stall may
 //!    halve the budget, and the hedge of that very stall must not wait behind it;
