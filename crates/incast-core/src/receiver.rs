@@ -2853,7 +2853,7 @@ impl Receiver {
         let Action::Request(g) = a else { return };
         if matches!(g.kind, crate::GrantKind::Hedge | crate::GrantKind::Retry)
             || hold.is_some_and(|h| h >= STORE_HOLD)
-            || self.port_hold.is_none_or(|h| h < SPARE_CREDIT_HOLD)
+            || self.store_port_rate().is_none()
         {
             return;
         }
