@@ -812,6 +812,7 @@ impl<'a> Driver<'a> {
             key: self.stripe.fragment(g.fragment).key().to_owned(),
             offset: g.object_offset,
             len: g.len,
+            read_start: self.start,
         };
         let task = self
             .tasks

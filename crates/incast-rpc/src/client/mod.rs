@@ -447,7 +447,7 @@ impl Client {
             let flow = crate::quic::Flow::of(policy);
             for s in stripe.fragments().iter().map(|f| f.server()) {
                 if let Some(addr) = self.addr_of(s) {
-                    q.prewarm(s, addr, flow);
+                    q.prewarm(s, addr, flow, start);
                 }
             }
         }

@@ -53,6 +53,9 @@ struct Slot {
     /// The server's cumulative (loss events, lost packets) of this connection last reported,
     /// so each response reports only what happened since.
     seen: Mutex<(u32, u32)>,
+    /// When a request of this client first met the server's refusal of its certificate on
+    /// the pooled connection (cleared by the next handshake). See [`QuicClient::connection`].
+    refused_at: Mutex<Option<Instant>>,
 }
 
 /// The client's QUIC endpoints and connection pool.
@@ -113,22 +116,47 @@ impl QuicClient {
 
     /// A live connection to `server` for `flow`: the pooled one, or a new one (concurrent
     /// callers wait for the same handshake).
+    ///
+    /// A pooled connection the server closed because it refused this client's certificate
+    /// is not replaced for a read that started before the refusal was met (`since`, the
+    /// read's start): that read gets the same typed refusal at once. Without this, a read's
+    /// second request opened a new handshake for a read that was ending anyway, and gave it
+    /// up half-way (the server counted it as abandoned). A read that starts later tries a
+    /// new handshake, so a server that has since come to trust the client is reached.
     async fn connection(
         &self,
         server: ServerId,
         addr: SocketAddr,
         flow: Flow,
+        since: Instant,
     ) -> Result<(Connection, Arc<Slot>), QuicError> {
         let slot = self.slot(server, flow);
         let mut guard = slot.conn.lock().await;
-        if let Some(c) = guard.as_ref().filter(|c| c.close_reason().is_none()) {
-            let c = c.clone();
-            drop(guard);
-            return Ok((c, slot));
+        if let Some(c) = guard.as_ref() {
+            match c.close_reason() {
+                None => {
+                    let c = c.clone();
+                    drop(guard);
+                    return Ok((c, slot));
+                }
+                Some(closed) => {
+                    if let Some(reason) = refusal(&closed) {
+                        let met = *slot
+                            .refused_at
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .get_or_insert_with(Instant::now);
+                        if since <= met {
+                            return Err(QuicError::Refused { server, addr, reason });
+                        }
+                    }
+                }
+            }
         }
         let conn = self.connect(server, addr, flow).await?;
         *guard = Some(conn.clone());
         *slot.seen.lock().unwrap_or_else(|e| e.into_inner()) = (0, 0);
+        *slot.refused_at.lock().unwrap_or_else(|e| e.into_inner()) = None;
         drop(guard);
         Ok((conn, slot))
     }
@@ -183,7 +211,8 @@ impl QuicClient {
 
     /// Starts the handshake with `server` in the background if no connection is pooled, so
     /// the first hedge that falls back to QUIC does not pay for it.
-    pub(crate) fn prewarm(self: &Arc<Self>, server: ServerId, addr: SocketAddr, flow: Flow) {
+    /// `since` is the start of the read that asks (see [`QuicClient::connection`]).
+    pub(crate) fn prewarm(self: &Arc<Self>, server: ServerId, addr: SocketAddr, flow: Flow, since: Instant) {
         let slot = self.slot(server, flow);
         if let Ok(guard) = slot.conn.try_lock() {
             if guard.as_ref().is_some_and(|c| c.close_reason().is_none()) {
@@ -193,7 +222,7 @@ impl QuicClient {
         let me = self.clone();
         tokio::spawn(async move {
             // Errors show up again, typed, when a request needs the connection.
-            let _ = me.connection(server, addr, flow).await;
+            let _ = me.connection(server, addr, flow, since).await;
         });
     }
 }
@@ -218,6 +247,8 @@ pub(crate) struct StreamRequest {
     pub(crate) len: u64,
     /// An open request (a fragment of unknown length): the size limit and the query.
     pub(crate) open: Option<(u64, Option<Bytes>)>,
+    /// When the request's read started (a refusal met since is not retried for it).
+    pub(crate) read_start: Instant,
 }
 
 /// Runs one request over QUIC and reports to the read's driver through `tx`.
@@ -235,7 +266,7 @@ async fn request(
 ) -> Result<(), StreamEventKind> {
     let server = req.server;
     let (conn, slot) = client
-        .connection(server, req.addr, req.flow)
+        .connection(server, req.addr, req.flow, req.read_start)
         .await
         .map_err(|e| match e {
             // The path or the server may come back: let the scheduler retry or hedge.
@@ -249,11 +280,17 @@ async fn request(
             // TLS 1.3 lets the client finish its handshake before the server judges its
             // certificate: a refusal arrives as the connection's close, on the first stream.
             StreamEventKind::Failed(_) => match conn.close_reason().as_ref().and_then(refusal) {
-                Some(reason) => StreamEventKind::Fatal(crate::FanInError::Quic(QuicError::Refused {
-                    server,
-                    addr: req.addr,
-                    reason,
-                })),
+                Some(reason) => {
+                    slot.refused_at
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .get_or_insert_with(Instant::now);
+                    StreamEventKind::Fatal(crate::FanInError::Quic(QuicError::Refused {
+                        server,
+                        addr: req.addr,
+                        reason,
+                    }))
+                }
                 None => kind,
             },
             kind => kind,
@@ -481,5 +518,92 @@ impl Reader<'_> {
             })
             .await
             .map_err(|_| StreamEventKind::Failed("the read ended".into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quic::{QuicServerConfig, SelfSigned};
+    use crate::store::MemStore;
+    use crate::{serve, FanInError, ServerConfig};
+
+    async fn refusal_of(client: &Arc<QuicClient>, addr: SocketAddr, read_start: Instant) -> ClientCertRefusal {
+        let (tx, mut rx) = mpsc::channel(4);
+        // A grant id as a scheduler mints it.
+        let stripe = incast_core::Stripe::fixed_sru("blk", &[ServerId(0)], 4_000).unwrap();
+        let grant = match incast_core::Scheduler::new(&stripe, &Policy::default(), 1).poll_action(read_start) {
+            Some(incast_core::Action::Request(g)) => g.id,
+            other => panic!("expected a request, got {other:?}"),
+        };
+        let req = StreamRequest {
+            grant,
+            server: ServerId(0),
+            addr,
+            flow: Flow::of(&Policy::default()),
+            key: "blk".into(),
+            offset: 0,
+            len: 4_000,
+            open: None,
+            read_start,
+        };
+        run_request(client.clone(), req, tx).await;
+        match rx.recv().await.map(|e| e.kind) {
+            Some(StreamEventKind::Fatal(FanInError::Quic(QuicError::Refused { reason, .. }))) => reason,
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    async fn count_reaches(counter: &std::sync::atomic::AtomicU64, n: u64) -> u64 {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while counter.load(Ordering::Relaxed) < n && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        counter.load(Ordering::Relaxed)
+    }
+
+    /// The requests of a read that met the server's refusal of its certificate get the same
+    /// refusal without a new handshake; a read that starts after the refusal tries again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_refusal_is_the_answer_for_the_rest_of_its_read_and_not_after() {
+        let server_cert = SelfSigned::generate(["localhost", "127.0.0.1"]).unwrap();
+        let trusted = SelfSigned::generate(["reader.example"]).unwrap();
+        let store = MemStore::new();
+        store.insert("blk", vec![7u8; 4_000]);
+        let quic = QuicServerConfig::builder(server_cert.identity())
+            .client_certs(trusted.trust().unwrap())
+            .build()
+            .unwrap();
+        let h = serve(
+            "127.0.0.1:0".parse().unwrap(),
+            store,
+            ServerConfig::builder().quic(quic).build().unwrap(),
+        )
+        .await
+        .unwrap();
+        let cfg = QuicClientConfig::builder(server_cert.trust().unwrap()).build().unwrap();
+        let client = Arc::new(QuicClient::new(cfg, Duration::from_secs(5)));
+        let read = Instant::now();
+        assert_eq!(
+            refusal_of(&client, h.local_addr(), read).await,
+            ClientCertRefusal::Missing
+        );
+        assert_eq!(count_reaches(&h.stats().tls_refused, 1).await, 1);
+        // The same read's next request: the refusal again, and no handshake.
+        assert_eq!(
+            refusal_of(&client, h.local_addr(), read).await,
+            ClientCertRefusal::Missing
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(h.stats().tls_refused.load(Ordering::Relaxed), 1, "a second handshake");
+        assert_eq!(h.stats().tls_abandoned.load(Ordering::Relaxed), 0);
+        // A read that starts now: a new handshake, refused again.
+        let later = Instant::now();
+        assert_eq!(
+            refusal_of(&client, h.local_addr(), later).await,
+            ClientCertRefusal::Missing
+        );
+        assert_eq!(count_reaches(&h.stats().tls_refused, 2).await, 2);
+        h.shutdown().await;
     }
 }
