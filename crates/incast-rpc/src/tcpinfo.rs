@@ -5,6 +5,20 @@
 //! The RTO counters (`tcpi_total_rto`, `tcpi_total_rto_recoveries`, `tcpi_total_rto_time`)
 //! exist since Linux 6.7. The kernel fills as much of the struct as it has; fields beyond the
 //! returned length are reported as `None`, never as a misleading zero.
+//!
+//! # Retransmits that were not losses
+//!
+//! The retransmits an `End` frame reports ([`TcpInfo::counters`]) leave out the segments the
+//! peer reported as duplicates (D-SACK, RFC 2883; `tcpi_dsack_dups`): a retransmit whose
+//! original had arrived lost nothing. The receiver's budget cuts on retransmits (see
+//! `incast_core::receiver`), and on this kind of machine most of the retransmits where the
+//! switch dropped nothing were such: at 10 Gbit/s every one was a tail loss probe that the
+//! busy client had not yet acknowledged, and at 5 Gbit/s 199 of 238 were fast retransmits of
+//! segments that the emulated path had reordered (`TcpExt` counters of the hosts and the
+//! client, 2026-11-29). Each one cut the budget as a loss would, and held the port at
+//! 0.6-0.7 of its rate. The D-SACK comes about one round trip after the retransmit: the
+//! count can fall back by the duplicates once they are reported, and the client reads a
+//! count that went backwards as no change.
 
 use std::io;
 use std::mem::offset_of;
@@ -27,6 +41,9 @@ pub struct TcpInfo {
     pub snd_cwnd: u32,
     /// Segments retransmitted over the connection's life.
     pub total_retrans: u32,
+    /// Segments the peer reported receiving twice (D-SACK), over the connection's life
+    /// (`tcpi_dsack_dups`, Linux 5.0+): retransmits that were not needed.
+    pub dsack_dups: Option<u32>,
     /// Bytes received (Linux 4.1+).
     pub bytes_received: u64,
     /// Retransmission timeouts over the connection's life (Linux 6.7+).
@@ -53,6 +70,7 @@ impl TcpInfo {
         let (i, len) = sys::tcp_info(socket.as_fd())?;
         let has = |end: usize| len >= end;
         let rto_end = offset_of!(libc::tcp_info, tcpi_total_rto_time) + 4;
+        let dsack_end = offset_of!(libc::tcp_info, tcpi_dsack_dups) + 4;
         let us = |v: u32| Duration::from_micros(u64::from(v));
         Ok(Self {
             rtt: us(i.tcpi_rtt),
@@ -60,6 +78,7 @@ impl TcpInfo {
             rto: us(i.tcpi_rto),
             snd_cwnd: i.tcpi_snd_cwnd,
             total_retrans: i.tcpi_total_retrans,
+            dsack_dups: has(dsack_end).then_some(i.tcpi_dsack_dups),
             bytes_received: i.tcpi_bytes_received,
             total_rto: has(rto_end).then_some(u32::from(i.tcpi_total_rto)),
             total_rto_recoveries: has(rto_end).then_some(u32::from(i.tcpi_total_rto_recoveries)),
@@ -68,16 +87,66 @@ impl TcpInfo {
         })
     }
 
-    /// The counters an `End` frame carries (RTO fields 0 where the kernel lacks them).
+    /// The counters an `End` frame carries (RTO fields 0 where the kernel lacks them). The
+    /// retransmits are those the peer did not report as duplicates (see *Retransmits that
+    /// were not losses* in the module docs).
     pub fn counters(&self) -> TcpCounters {
         TcpCounters {
             rtt_us: self.rtt.as_micros().min(u128::from(u32::MAX)) as u32,
-            retransmits: self.total_retrans,
+            retransmits: self.lost_retransmits(),
             rtos: self.total_rto.unwrap_or(0),
             rto_recoveries: self.total_rto_recoveries.unwrap_or(0),
             rto_time_ms: self
                 .total_rto_time
                 .map_or(0, |d| d.as_millis().min(u128::from(u32::MAX)) as u32),
         }
+    }
+
+    /// Retransmitted segments less those the peer reported as duplicates (all of them
+    /// where the kernel does not count duplicates).
+    pub fn lost_retransmits(&self) -> u32 {
+        self.total_retrans.saturating_sub(self.dsack_dups.unwrap_or(0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(total_retrans: u32, dsack_dups: Option<u32>) -> TcpInfo {
+        TcpInfo {
+            rtt: Duration::from_micros(50),
+            rttvar: Duration::ZERO,
+            rto: Duration::from_millis(200),
+            snd_cwnd: 10,
+            total_retrans,
+            dsack_dups,
+            bytes_received: 0,
+            total_rto: Some(0),
+            total_rto_recoveries: Some(0),
+            total_rto_time: Some(Duration::ZERO),
+            kernel_len: std::mem::size_of::<libc::tcp_info>(),
+        }
+    }
+
+    /// Retransmits the peer reported as duplicates are not reported as losses; a kernel that
+    /// does not count duplicates reports every retransmit, and more duplicates than
+    /// retransmits (the network duplicated a segment) report none, never a wrapped count.
+    #[test]
+    fn end_counters_leave_out_retransmits_the_peer_reported_as_duplicates() {
+        assert_eq!(info(7, Some(5)).counters().retransmits, 2);
+        assert_eq!(info(7, None).counters().retransmits, 7);
+        assert_eq!(info(3, Some(5)).counters().retransmits, 0);
+        assert_eq!(info(3, Some(5)).lost_retransmits(), 0);
+    }
+
+    /// A live socket reports the field where the kernel has it (Linux 5.0+).
+    #[test]
+    fn a_socket_reports_its_duplicates() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let s = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let i = TcpInfo::of(&s).unwrap();
+        assert_eq!(i.dsack_dups, Some(0), "kernel filled {} bytes", i.kernel_len);
+        assert_eq!(i.counters().retransmits, i.total_retrans);
     }
 }

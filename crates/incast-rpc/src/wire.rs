@@ -14,7 +14,7 @@
 //! | 1 `Request` | client to server | object offset `u64`, length `u64`, key length `u16`, key (UTF-8), then the pacing rate `u64` in bytes per second (if flag bit 0) |
 //! | 2 `Cancel` | client to server | empty: stop sending request `id` |
 //! | 3 `Data` | server to client | bytes of request `id`, in order, at most [`MAX_DATA_PAYLOAD`] per frame; flag bit 15 says the other 15 bits are the server's hold in microseconds ([`Header::hold`]) |
-//! | 4 `End` | server to client | CRC32C `u32` (if flag bit 0), then the server socket's TCP counters (if flag bit 1): RTT us, retransmits, RTOs, RTO recoveries, RTO time ms, five `u32`; then (if flag bit 3) the socket's retransmits and RTOs when the server began this response, two `u32` |
+//! | 4 `End` | server to client | CRC32C `u32` (if flag bit 0), then the server socket's TCP counters (if flag bit 1): RTT us, retransmits (less those the client reported as duplicates), RTOs, RTO recoveries, RTO time ms, five `u32`; then (if flag bit 3) the socket's retransmits and RTOs when the server began this response, two `u32` |
 //! | 5 `Error` | server to client | code `u16`, message (UTF-8); id 0 means the whole connection |
 //! | 6 `OpenRequest` | client to server | object offset `u64`, length `u64`, size limit `u64`, key length `u16`, query length `u16`, key (UTF-8), query (if flag bit 1), then the pacing rate `u64` (if flag bit 0) |
 //! | 7 `Length` | server to client | the size `u64` of the object (or of the query's answer) that request `id` reads |
@@ -349,7 +349,10 @@ impl Header {
 pub struct TcpCounters {
     /// Smoothed RTT in microseconds.
     pub rtt_us: u32,
-    /// Segments retransmitted over the connection's life (`tcpi_total_retrans`).
+    /// Segments retransmitted over the connection's life (`tcpi_total_retrans`), less those
+    /// the peer reported as duplicates (`tcpi_dsack_dups`; see
+    /// [`TcpInfo::lost_retransmits`](crate::TcpInfo::lost_retransmits)). It can fall back
+    /// when a duplicate is reported after the retransmit was counted.
     pub retransmits: u32,
     /// Retransmission timeouts (`tcpi_total_rto`, Linux 6.7+).
     pub rtos: u32,
@@ -372,7 +375,8 @@ pub struct TcpCounters {
 /// counts for this one: it waited for it too.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StartCounters {
-    /// Segments retransmitted over the connection's life (`tcpi_total_retrans`).
+    /// Segments retransmitted over the connection's life, less duplicates, as in
+    /// [`TcpCounters::retransmits`].
     pub retransmits: u32,
     /// Retransmission timeouts over the connection's life (`tcpi_total_rto`, Linux 6.7+).
     pub rtos: u32,

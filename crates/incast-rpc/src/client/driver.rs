@@ -237,8 +237,9 @@ impl Split {
     /// Splits an `End`'s counters (`counters`, `at_start`) against the last ones seen on the
     /// connection (`last`; `None` on a new connection, whose counters start at 0). Without
     /// `at_start` (a server older than it) everything since `last` is this response's, as it
-    /// was before servers sent it. Counters only grow; a smaller value (a server that lies)
-    /// counts as no change.
+    /// was before servers sent it. A smaller value counts as no change: a retransmit the
+    /// client later reported as a duplicate leaves the count (see
+    /// [`TcpInfo::lost_retransmits`](crate::TcpInfo::lost_retransmits)), and a server may lie.
     fn of(counters: Option<TcpCounters>, at_start: Option<StartCounters>, last: Option<TcpCounters>) -> Self {
         let Some(new) = counters else {
             return Self::default();
