@@ -82,10 +82,10 @@
 //!   incast-rpc's servers leave out those their peer reported as duplicates (D-SACK), since
 //!   a retransmit whose original arrived says nothing of the buffer. On the 2-core testbed
 //!   at 5-10 Gbit/s with no switch drop, nearly all retransmits were such (tail-loss probes
-//!   to a client late to acknowledge, fast retransmits of reordered segments); counted as
-//!   loss they held B at 150-250 KiB on a 10 Gbit/s port, 0.79-0.92x of `naive` in the
-//!   rows of 4 reads of 256 KiB fragments, against 1.01-1.05x without them
-//!   (docs/measurements.md, *Fifty-first session*).
+//!   to a client late to acknowledge, fast retransmits of reordered segments). Counted as
+//!   loss they held B at 150-250 KiB on a 10 Gbit/s port, and in three of four runs one of
+//!   the rows of 4 reads of 256 KiB fragments read 0.79-0.92x of `naive`; left out, those
+//!   rows read 0.95-1.17x in three runs (docs/measurements.md, *Fifty-first session*).
 //! - **At most one decrease per smoothed RTT**: the samples of one congestion event arrive
 //!   together.
 //! - **Growth.** Until the first decrease that lowers it, B grows by the bytes each completed grant
