@@ -53,9 +53,25 @@ struct Slot {
     /// The server's cumulative (loss events, lost packets) of this connection last reported,
     /// so each response reports only what happened since.
     seen: Mutex<(u32, u32)>,
-    /// When a request of this client first met the server's refusal of its certificate on
-    /// the pooled connection (cleared by the next handshake). See [`QuicClient::connection`].
-    refused_at: Mutex<Option<Instant>>,
+    /// The connection (its `stable_id`) on which a request of this client first met the
+    /// server's refusal of its certificate, and when. See [`QuicClient::connection`].
+    refused: Mutex<Option<(usize, Instant)>>,
+}
+
+impl Slot {
+    /// When a request first met the refusal that closed `conn`: now, if none had on that
+    /// connection (an earlier connection's record is replaced).
+    fn refusal_met(&self, conn: &Connection) -> Instant {
+        let mut r = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+        match *r {
+            Some((id, at)) if id == conn.stable_id() => at,
+            _ => {
+                let now = Instant::now();
+                *r = Some((conn.stable_id(), now));
+                now
+            }
+        }
+    }
 }
 
 /// The client's QUIC endpoints and connection pool.
@@ -141,11 +157,7 @@ impl QuicClient {
                 }
                 Some(closed) => {
                     if let Some(reason) = refusal(&closed) {
-                        let met = *slot
-                            .refused_at
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .get_or_insert_with(Instant::now);
+                        let met = slot.refusal_met(c);
                         if since <= met {
                             return Err(QuicError::Refused { server, addr, reason });
                         }
@@ -156,7 +168,6 @@ impl QuicClient {
         let conn = self.connect(server, addr, flow).await?;
         *guard = Some(conn.clone());
         *slot.seen.lock().unwrap_or_else(|e| e.into_inner()) = (0, 0);
-        *slot.refused_at.lock().unwrap_or_else(|e| e.into_inner()) = None;
         drop(guard);
         Ok((conn, slot))
     }
@@ -281,10 +292,7 @@ async fn request(
             // certificate: a refusal arrives as the connection's close, on the first stream.
             StreamEventKind::Failed(_) => match conn.close_reason().as_ref().and_then(refusal) {
                 Some(reason) => {
-                    slot.refused_at
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .get_or_insert_with(Instant::now);
+                    slot.refusal_met(&conn);
                     StreamEventKind::Fatal(crate::FanInError::Quic(QuicError::Refused {
                         server,
                         addr: req.addr,
