@@ -220,7 +220,8 @@ pub struct Measurement {
     /// Blocks slower than 100 ms.
     pub blocks_over_100ms: u32,
     /// Segments the servers retransmitted for the measured reads, those a later read
-    /// reported included (as `kernel_rtos`).
+    /// reported included (as `kernel_rtos`), less those the client D-SACKed (since the
+    /// fifty-first session; before, every retransmit).
     pub retransmits: u64,
     /// Hedges the scheduler fired.
     pub hedges: u64,

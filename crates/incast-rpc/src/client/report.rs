@@ -145,7 +145,8 @@ pub struct FragmentReport {
     pub done: Option<Duration>,
     /// Kernel RTOs the serving sockets took while serving it (Linux 6.7+ servers).
     pub kernel_rtos: u32,
-    /// Segments the serving sockets retransmitted while serving it.
+    /// Segments the serving sockets retransmitted while serving it, less those the client
+    /// reported as duplicates (D-SACK: their originals had arrived).
     pub retransmits: u32,
 }
 
@@ -261,7 +262,8 @@ pub struct ClientCounters {
     /// Kernel RTOs the servers reported while answering ([`ReadReport::kernel_rtos`] and
     /// [`ReadReport::late`]).
     pub kernel_rtos: u64,
-    /// TCP retransmits the servers reported while answering.
+    /// TCP retransmits the servers reported while answering (less D-SACKed duplicates, as
+    /// in [`FragmentReport::retransmits`]).
     pub retransmits: u64,
     /// QUIC loss-recovery episodes the servers reported.
     pub quic_loss_events: u64,
