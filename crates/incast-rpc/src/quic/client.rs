@@ -53,23 +53,32 @@ struct Slot {
     /// The server's cumulative (loss events, lost packets) of this connection last reported,
     /// so each response reports only what happened since.
     seen: Mutex<(u32, u32)>,
-    /// The connection (its `stable_id`) on which a request of this client first met the
-    /// server's refusal of its certificate, and when. See [`QuicClient::connection`].
-    refused: Mutex<Option<(usize, Instant)>>,
+    /// The server's last refusal of this client's certificate: on which connection (its
+    /// `stable_id`; `None`: in the handshake, so nothing was pooled), when a request of this
+    /// client first met it, and why. See [`QuicClient::connection`].
+    refused: Mutex<Option<(Option<usize>, Instant, ClientCertRefusal)>>,
 }
 
 impl Slot {
-    /// When a request first met the refusal that closed `conn`: now, if none had on that
-    /// connection (an earlier connection's record is replaced).
-    fn refusal_met(&self, conn: &Connection) -> Instant {
+    /// When a request first met the refusal that closed connection `conn` (`None`: a
+    /// handshake): now, if none had (a record of another connection is replaced).
+    fn refusal_met(&self, conn: Option<usize>, reason: ClientCertRefusal) -> Instant {
         let mut r = self.refused.lock().unwrap_or_else(|e| e.into_inner());
-        match *r {
-            Some((id, at)) if id == conn.stable_id() => at,
-            _ => {
-                let now = Instant::now();
-                *r = Some((conn.stable_id(), now));
-                now
+        if let Some((id, at, _)) = &*r {
+            if *id == conn {
+                return *at;
             }
+        }
+        let now = Instant::now();
+        *r = Some((conn, now, reason));
+        now
+    }
+
+    /// The refusal of the last handshake, if nothing was pooled since.
+    fn handshake_refusal(&self) -> Option<(Instant, ClientCertRefusal)> {
+        match &*self.refused.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some((None, at, reason)) => Some((*at, reason.clone())),
+            _ => None,
         }
     }
 }
@@ -133,12 +142,13 @@ impl QuicClient {
     /// A live connection to `server` for `flow`: the pooled one, or a new one (concurrent
     /// callers wait for the same handshake).
     ///
-    /// A pooled connection the server closed because it refused this client's certificate
-    /// is not replaced for a read that started before the refusal was met (`since`, the
-    /// read's start): that read gets the same typed refusal at once. Without this, a read's
-    /// second request opened a new handshake for a read that was ending anyway, and gave it
-    /// up half-way (the server counted it as abandoned). A read that starts later tries a
-    /// new handshake, so a server that has since come to trust the client is reached.
+    /// A refusal of this client's certificate (a pooled connection the server closed for
+    /// it, or a handshake it failed) is not tried again for a read that started before the
+    /// refusal was met (`since`, the read's start): that read gets the same typed refusal
+    /// at once. Without this, a read's next request opened a new handshake for a read that
+    /// was ending anyway, and gave it up half-way (the server counted it as abandoned). A
+    /// read that starts later tries a new handshake, so a server that has since come to
+    /// trust the client is reached.
     async fn connection(
         &self,
         server: ServerId,
@@ -148,26 +158,35 @@ impl QuicClient {
     ) -> Result<(Connection, Arc<Slot>), QuicError> {
         let slot = self.slot(server, flow);
         let mut guard = slot.conn.lock().await;
-        if let Some(c) = guard.as_ref() {
-            match c.close_reason() {
+        let met = match guard.as_ref() {
+            Some(c) => match c.close_reason() {
                 None => {
                     let c = c.clone();
                     drop(guard);
                     return Ok((c, slot));
                 }
                 Some(closed) => {
-                    if let Some(reason) = refusal(&closed) {
-                        let met = slot.refusal_met(c);
-                        if since <= met {
-                            return Err(QuicError::Refused { server, addr, reason });
-                        }
-                    }
+                    refusal(&closed).map(|reason| (slot.refusal_met(Some(c.stable_id()), reason.clone()), reason))
                 }
-            }
+            },
+            None => slot.handshake_refusal(),
+        };
+        if let Some((_, reason)) = met.filter(|(at, _)| since <= *at) {
+            return Err(QuicError::Refused { server, addr, reason });
         }
-        let conn = self.connect(server, addr, flow).await?;
+        let conn = match self.connect(server, addr, flow).await {
+            Ok(conn) => conn,
+            Err(e) => {
+                if let QuicError::Refused { reason, .. } = &e {
+                    slot.refusal_met(None, reason.clone());
+                    *guard = None;
+                }
+                return Err(e);
+            }
+        };
         *guard = Some(conn.clone());
         *slot.seen.lock().unwrap_or_else(|e| e.into_inner()) = (0, 0);
+        *slot.refused.lock().unwrap_or_else(|e| e.into_inner()) = None;
         drop(guard);
         Ok((conn, slot))
     }
@@ -292,7 +311,7 @@ async fn request(
             // certificate: a refusal arrives as the connection's close, on the first stream.
             StreamEventKind::Failed(_) => match conn.close_reason().as_ref().and_then(refusal) {
                 Some(reason) => {
-                    slot.refusal_met(&conn);
+                    slot.refusal_met(Some(conn.stable_id()), reason.clone());
                     StreamEventKind::Fatal(crate::FanInError::Quic(QuicError::Refused {
                         server,
                         addr: req.addr,
@@ -590,7 +609,7 @@ mod tests {
         .await
         .unwrap();
         let cfg = QuicClientConfig::builder(server_cert.trust().unwrap()).build().unwrap();
-        let client = Arc::new(QuicClient::new(cfg, Duration::from_secs(5)));
+        let client = Arc::new(QuicClient::new(cfg.clone(), Duration::from_secs(5)));
         let read = Instant::now();
         assert_eq!(
             refusal_of(&client, h.local_addr(), read).await,
@@ -612,6 +631,25 @@ mod tests {
             ClientCertRefusal::Missing
         );
         assert_eq!(count_reaches(&h.stats().tls_refused, 2).await, 2);
+        // A refusal met in the handshake, when nothing was pooled: the same for the reads
+        // that started before it (no handshake), and a new handshake for a later one.
+        let fresh = Arc::new(QuicClient::new(cfg.clone(), Duration::from_secs(5)));
+        let flow = Flow::of(&Policy::default());
+        let read = Instant::now();
+        fresh
+            .slot(ServerId(0), flow)
+            .refusal_met(None, ClientCertRefusal::Missing);
+        match fresh.connection(ServerId(0), h.local_addr(), flow, read).await {
+            Err(QuicError::Refused { reason, .. }) => assert_eq!(reason, ClientCertRefusal::Missing),
+            other => panic!("expected the handshake's refusal again, got {other:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(h.stats().tls_refused.load(Ordering::Relaxed), 2, "a handshake");
+        let later = Instant::now();
+        // The client may finish its side of the handshake before the server refuses it.
+        let _ = fresh.connection(ServerId(0), h.local_addr(), flow, later).await;
+        assert_eq!(count_reaches(&h.stats().tls_refused, 3).await, 3);
+        assert_eq!(h.stats().tls_abandoned.load(Ordering::Relaxed), 0);
         h.shutdown().await;
     }
 }
