@@ -19,7 +19,7 @@ use incast_core::{GrantId, Policy, ServerId};
 use quinn::{Connection, Endpoint, RecvStream};
 use tokio::sync::mpsc;
 
-use super::{transport_config, udp_socket, ClientCertRefusal, Knobs, QuicClientConfig, QuicError};
+use super::{transport_config, udp_socket, CertProblem, ClientCertRefusal, Knobs, QuicClientConfig, QuicError};
 use crate::client::{StreamEvent, StreamEventKind};
 use crate::wire::{self, Frame, Header, Kind, HEADER_LEN};
 
@@ -53,31 +53,69 @@ struct Slot {
     /// The server's cumulative (loss events, lost packets) of this connection last reported,
     /// so each response reports only what happened since.
     seen: Mutex<(u32, u32)>,
-    /// The server's last refusal of this client's certificate: on which connection (its
+    /// The last handshake that failed on trust, either way: the server refused this client's
+    /// certificate, or this client refused the server's. On which connection (its
     /// `stable_id`; `None`: in the handshake, so nothing was pooled), when a request of this
-    /// client first met it, and why. See [`QuicClient::connection`].
-    refused: Mutex<Option<(Option<usize>, Instant, ClientCertRefusal)>>,
+    /// client first met it, and what it was. See [`QuicClient::connection`].
+    distrust: Mutex<Option<(Option<usize>, Instant, Distrust)>>,
+}
+
+/// A handshake that failed on trust: it does not heal within a read, so the read's other
+/// requests get the same answer (see [`QuicClient::connection`]).
+#[derive(Clone, Debug)]
+enum Distrust {
+    /// The server refused this client's certificate.
+    Refused(ClientCertRefusal),
+    /// This client refused the server's certificate, checked against `name`.
+    Certificate { name: String, problem: CertProblem },
+}
+
+impl Distrust {
+    /// The typed error a request to `server` at `addr` gets for it.
+    fn error(self, server: ServerId, addr: SocketAddr) -> QuicError {
+        match self {
+            Distrust::Refused(reason) => QuicError::Refused { server, addr, reason },
+            Distrust::Certificate { name, problem } => QuicError::Certificate {
+                server,
+                addr,
+                name,
+                problem,
+            },
+        }
+    }
+
+    /// The trust failure `e` is, if it is one.
+    fn of(e: &QuicError) -> Option<Self> {
+        match e {
+            QuicError::Refused { reason, .. } => Some(Distrust::Refused(reason.clone())),
+            QuicError::Certificate { name, problem, .. } => Some(Distrust::Certificate {
+                name: name.clone(),
+                problem: problem.clone(),
+            }),
+            _ => None,
+        }
+    }
 }
 
 impl Slot {
-    /// When a request first met the refusal that closed connection `conn` (`None`: a
+    /// When a request first met the trust failure that closed connection `conn` (`None`: a
     /// handshake): now, if none had (a record of another connection is replaced).
-    fn refusal_met(&self, conn: Option<usize>, reason: ClientCertRefusal) -> Instant {
-        let mut r = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+    fn distrust_met(&self, conn: Option<usize>, what: Distrust) -> Instant {
+        let mut r = self.distrust.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((id, at, _)) = &*r {
             if *id == conn {
                 return *at;
             }
         }
         let now = Instant::now();
-        *r = Some((conn, now, reason));
+        *r = Some((conn, now, what));
         now
     }
 
-    /// The refusal of the last handshake, if nothing was pooled since.
-    fn handshake_refusal(&self) -> Option<(Instant, ClientCertRefusal)> {
-        match &*self.refused.lock().unwrap_or_else(|e| e.into_inner()) {
-            Some((None, at, reason)) => Some((*at, reason.clone())),
+    /// The trust failure of the last handshake, if nothing was pooled since.
+    fn handshake_distrust(&self) -> Option<(Instant, Distrust)> {
+        match &*self.distrust.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some((None, at, what)) => Some((*at, what.clone())),
             _ => None,
         }
     }
@@ -142,13 +180,14 @@ impl QuicClient {
     /// A live connection to `server` for `flow`: the pooled one, or a new one (concurrent
     /// callers wait for the same handshake).
     ///
-    /// A refusal of this client's certificate (a pooled connection the server closed for
-    /// it, or a handshake it failed) is not tried again for a read that started before the
-    /// refusal was met (`since`, the read's start): that read gets the same typed refusal
-    /// at once. Without this, a read's next request opened a new handshake for a read that
-    /// was ending anyway, and gave it up half-way (the server counted it as abandoned). A
-    /// read that starts later tries a new handshake, so a server that has since come to
-    /// trust the client is reached.
+    /// A handshake that failed on trust (the server refused this client's certificate, in
+    /// the handshake or by closing a pooled connection, or this client refused the server's)
+    /// is not tried again for a read that started before the failure was met (`since`, the
+    /// read's start): that read gets the same typed error at once. Without this, a read's next
+    /// request opened a new handshake for a read that was ending anyway, and gave it up
+    /// half-way (the server counted it as abandoned). A read that starts later tries a new
+    /// handshake, so a server that has since come to trust the client, or that now shows a
+    /// certificate the client trusts, is reached.
     async fn connection(
         &self,
         server: ServerId,
@@ -165,20 +204,21 @@ impl QuicClient {
                     drop(guard);
                     return Ok((c, slot));
                 }
-                Some(closed) => {
-                    refusal(&closed).map(|reason| (slot.refusal_met(Some(c.stable_id()), reason.clone()), reason))
-                }
+                Some(closed) => refusal(&closed).map(|reason| {
+                    let what = Distrust::Refused(reason);
+                    (slot.distrust_met(Some(c.stable_id()), what.clone()), what)
+                }),
             },
-            None => slot.handshake_refusal(),
+            None => slot.handshake_distrust(),
         };
-        if let Some((_, reason)) = met.filter(|(at, _)| since <= *at) {
-            return Err(QuicError::Refused { server, addr, reason });
+        if let Some((_, what)) = met.filter(|(at, _)| since <= *at) {
+            return Err(what.error(server, addr));
         }
         let conn = match self.connect(server, addr, flow).await {
             Ok(conn) => conn,
             Err(e) => {
-                if let QuicError::Refused { reason, .. } = &e {
-                    slot.refusal_met(None, reason.clone());
+                if let Some(what) = Distrust::of(&e) {
+                    slot.distrust_met(None, what);
                     *guard = None;
                 }
                 return Err(e);
@@ -186,7 +226,7 @@ impl QuicClient {
         };
         *guard = Some(conn.clone());
         *slot.seen.lock().unwrap_or_else(|e| e.into_inner()) = (0, 0);
-        *slot.refused.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        *slot.distrust.lock().unwrap_or_else(|e| e.into_inner()) = None;
         drop(guard);
         Ok((conn, slot))
     }
@@ -311,7 +351,7 @@ async fn request(
             // certificate: a refusal arrives as the connection's close, on the first stream.
             StreamEventKind::Failed(_) => match conn.close_reason().as_ref().and_then(refusal) {
                 Some(reason) => {
-                    slot.refusal_met(Some(conn.stable_id()), reason.clone());
+                    slot.distrust_met(Some(conn.stable_id()), Distrust::Refused(reason.clone()));
                     StreamEventKind::Fatal(crate::FanInError::Quic(QuicError::Refused {
                         server,
                         addr: req.addr,
@@ -555,7 +595,8 @@ mod tests {
     use crate::store::MemStore;
     use crate::{serve, FanInError, ServerConfig};
 
-    async fn refusal_of(client: &Arc<QuicClient>, addr: SocketAddr, read_start: Instant) -> ClientCertRefusal {
+    /// The fatal error of one request of a read that started at `read_start`.
+    async fn fatal_of(client: &Arc<QuicClient>, addr: SocketAddr, read_start: Instant) -> QuicError {
         let (tx, mut rx) = mpsc::channel(4);
         // A grant id as a scheduler mints it.
         let stripe = incast_core::Stripe::fixed_sru("blk", &[ServerId(0)], 4_000).unwrap();
@@ -576,8 +617,22 @@ mod tests {
         };
         run_request(client.clone(), req, tx).await;
         match rx.recv().await.map(|e| e.kind) {
-            Some(StreamEventKind::Fatal(FanInError::Quic(QuicError::Refused { reason, .. }))) => reason,
+            Some(StreamEventKind::Fatal(FanInError::Quic(e))) => e,
+            other => panic!("expected a fatal error, got {other:?}"),
+        }
+    }
+
+    async fn refusal_of(client: &Arc<QuicClient>, addr: SocketAddr, read_start: Instant) -> ClientCertRefusal {
+        match fatal_of(client, addr, read_start).await {
+            QuicError::Refused { reason, .. } => reason,
             other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    async fn distrusted(client: &Arc<QuicClient>, addr: SocketAddr, read_start: Instant) -> CertProblem {
+        match fatal_of(client, addr, read_start).await {
+            QuicError::Certificate { problem, .. } => problem,
+            other => panic!("expected the server's certificate refused, got {other:?}"),
         }
     }
 
@@ -638,7 +693,7 @@ mod tests {
         let read = Instant::now();
         fresh
             .slot(ServerId(0), flow)
-            .refusal_met(None, ClientCertRefusal::Missing);
+            .distrust_met(None, Distrust::Refused(ClientCertRefusal::Missing));
         match fresh.connection(ServerId(0), h.local_addr(), flow, read).await {
             Err(QuicError::Refused { reason, .. }) => assert_eq!(reason, ClientCertRefusal::Missing),
             other => panic!("expected the handshake's refusal again, got {other:?}"),
@@ -650,6 +705,50 @@ mod tests {
         let _ = fresh.connection(ServerId(0), h.local_addr(), flow, later).await;
         assert_eq!(count_reaches(&h.stats().tls_refused, 3).await, 3);
         assert_eq!(h.stats().tls_abandoned.load(Ordering::Relaxed), 0);
+        h.shutdown().await;
+    }
+
+    /// A server whose certificate this client refuses is not asked again by the same read
+    /// (every other request of it gets the same error, with no handshake); a read that starts
+    /// later tries again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_refused_server_certificate_is_the_answer_for_the_rest_of_its_read_and_not_after() {
+        let server_cert = SelfSigned::generate(["localhost", "127.0.0.1"]).unwrap();
+        let other = SelfSigned::generate(["localhost", "127.0.0.1"]).unwrap();
+        let store = MemStore::new();
+        store.insert("blk", vec![7u8; 4_000]);
+        let quic = QuicServerConfig::builder(server_cert.identity()).build().unwrap();
+        let h = serve(
+            "127.0.0.1:0".parse().unwrap(),
+            store,
+            ServerConfig::builder().quic(quic).build().unwrap(),
+        )
+        .await
+        .unwrap();
+        // The client trusts another certificate than the one the server shows.
+        let cfg = QuicClientConfig::builder(other.trust().unwrap()).build().unwrap();
+        let client = Arc::new(QuicClient::new(cfg, Duration::from_secs(5)));
+        let read = Instant::now();
+        assert_eq!(
+            distrusted(&client, h.local_addr(), read).await,
+            CertProblem::UnknownIssuer
+        );
+        assert_eq!(count_reaches(&h.stats().tls_abandoned, 1).await, 1);
+        // The same read's next request: the same error, and no handshake.
+        assert_eq!(
+            distrusted(&client, h.local_addr(), read).await,
+            CertProblem::UnknownIssuer
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(h.stats().tls_abandoned.load(Ordering::Relaxed), 1, "a second handshake");
+        // A read that starts now: a new handshake, refused again.
+        let later = Instant::now();
+        assert_eq!(
+            distrusted(&client, h.local_addr(), later).await,
+            CertProblem::UnknownIssuer
+        );
+        assert_eq!(count_reaches(&h.stats().tls_abandoned, 2).await, 2);
+        assert_eq!(h.stats().connections.load(Ordering::Relaxed), 0);
         h.shutdown().await;
     }
 }
