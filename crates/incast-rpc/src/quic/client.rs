@@ -98,12 +98,15 @@ impl Distrust {
 }
 
 impl Slot {
-    /// When a request first met the trust failure that closed connection `conn` (`None`: a
-    /// handshake): now, if none had (a record of another connection is replaced).
+    /// When a request first met the trust failure that closed connection `conn`: now, if
+    /// none had (a record of another connection is replaced). A failed handshake (`conn`
+    /// `None`) is met now, each time: every handshake is a new answer, and a record kept
+    /// from an earlier one would let the requests of a read that started after it, but
+    /// before this one, try again.
     fn distrust_met(&self, conn: Option<usize>, what: Distrust) -> Instant {
         let mut r = self.distrust.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((id, at, _)) = &*r {
-            if *id == conn {
+            if conn.is_some() && *id == conn {
                 return *at;
             }
         }
@@ -748,6 +751,13 @@ mod tests {
             CertProblem::UnknownIssuer
         );
         assert_eq!(count_reaches(&h.stats().tls_abandoned, 2).await, 2);
+        // That read's next request: the same error, and no third handshake.
+        assert_eq!(
+            distrusted(&client, h.local_addr(), later).await,
+            CertProblem::UnknownIssuer
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(h.stats().tls_abandoned.load(Ordering::Relaxed), 2, "a third handshake");
         assert_eq!(h.stats().connections.load(Ordering::Relaxed), 0);
         h.shutdown().await;
     }
