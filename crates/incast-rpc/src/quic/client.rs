@@ -647,25 +647,36 @@ mod tests {
         counter.load(Ordering::Relaxed)
     }
 
+    /// The counter 50 ms from now: where a handshake that should not happen would have shown.
+    async fn after_a_while(counter: &std::sync::atomic::AtomicU64) -> u64 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        counter.load(Ordering::Relaxed)
+    }
+
+    /// A server of one 4,000-byte object, `blk`, over QUIC with `quic`.
+    async fn server_of_blk(quic: QuicServerConfig) -> crate::ServerHandle {
+        let store = MemStore::new();
+        store.insert("blk", vec![7u8; 4_000]);
+        serve(
+            "127.0.0.1:0".parse().unwrap(),
+            store,
+            ServerConfig::builder().quic(quic).build().unwrap(),
+        )
+        .await
+        .unwrap()
+    }
+
     /// The requests of a read that met the server's refusal of its certificate get the same
     /// refusal without a new handshake; a read that starts after the refusal tries again.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_refusal_is_the_answer_for_the_rest_of_its_read_and_not_after() {
         let server_cert = SelfSigned::generate(["localhost", "127.0.0.1"]).unwrap();
         let trusted = SelfSigned::generate(["reader.example"]).unwrap();
-        let store = MemStore::new();
-        store.insert("blk", vec![7u8; 4_000]);
         let quic = QuicServerConfig::builder(server_cert.identity())
             .client_certs(trusted.trust().unwrap())
             .build()
             .unwrap();
-        let h = serve(
-            "127.0.0.1:0".parse().unwrap(),
-            store,
-            ServerConfig::builder().quic(quic).build().unwrap(),
-        )
-        .await
-        .unwrap();
+        let h = server_of_blk(quic).await;
         let cfg = QuicClientConfig::builder(server_cert.trust().unwrap()).build().unwrap();
         let client = Arc::new(QuicClient::new(cfg.clone(), Duration::from_secs(5)));
         let read = Instant::now();
@@ -679,8 +690,7 @@ mod tests {
             refusal_of(&client, h.local_addr(), read).await,
             ClientCertRefusal::Missing
         );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        assert_eq!(h.stats().tls_refused.load(Ordering::Relaxed), 1, "a second handshake");
+        assert_eq!(after_a_while(&h.stats().tls_refused).await, 1, "a second handshake");
         assert_eq!(h.stats().tls_abandoned.load(Ordering::Relaxed), 0);
         // A read that starts now: a new handshake, refused again.
         let later = Instant::now();
@@ -701,8 +711,7 @@ mod tests {
             Err(QuicError::Refused { reason, .. }) => assert_eq!(reason, ClientCertRefusal::Missing),
             other => panic!("expected the handshake's refusal again, got {other:?}"),
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        assert_eq!(h.stats().tls_refused.load(Ordering::Relaxed), 2, "a handshake");
+        assert_eq!(after_a_while(&h.stats().tls_refused).await, 2, "a handshake");
         let later = Instant::now();
         // The client may finish its side of the handshake before the server refuses it.
         let _ = fresh.connection(ServerId(0), h.local_addr(), flow, later).await;
@@ -718,16 +727,7 @@ mod tests {
     async fn a_refused_server_certificate_is_the_answer_for_the_rest_of_its_read_and_not_after() {
         let server_cert = SelfSigned::generate(["localhost", "127.0.0.1"]).unwrap();
         let other = SelfSigned::generate(["localhost", "127.0.0.1"]).unwrap();
-        let store = MemStore::new();
-        store.insert("blk", vec![7u8; 4_000]);
-        let quic = QuicServerConfig::builder(server_cert.identity()).build().unwrap();
-        let h = serve(
-            "127.0.0.1:0".parse().unwrap(),
-            store,
-            ServerConfig::builder().quic(quic).build().unwrap(),
-        )
-        .await
-        .unwrap();
+        let h = server_of_blk(QuicServerConfig::builder(server_cert.identity()).build().unwrap()).await;
         // The client trusts another certificate than the one the server shows.
         let cfg = QuicClientConfig::builder(other.trust().unwrap()).build().unwrap();
         let client = Arc::new(QuicClient::new(cfg, Duration::from_secs(5)));
@@ -742,8 +742,7 @@ mod tests {
             distrusted(&client, h.local_addr(), read).await,
             CertProblem::UnknownIssuer
         );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        assert_eq!(h.stats().tls_abandoned.load(Ordering::Relaxed), 1, "a second handshake");
+        assert_eq!(after_a_while(&h.stats().tls_abandoned).await, 1, "a second handshake");
         // A read that starts now: a new handshake, refused again.
         let later = Instant::now();
         assert_eq!(
@@ -756,8 +755,7 @@ mod tests {
             distrusted(&client, h.local_addr(), later).await,
             CertProblem::UnknownIssuer
         );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        assert_eq!(h.stats().tls_abandoned.load(Ordering::Relaxed), 2, "a third handshake");
+        assert_eq!(after_a_while(&h.stats().tls_abandoned).await, 2, "a third handshake");
         assert_eq!(h.stats().connections.load(Ordering::Relaxed), 0);
         h.shutdown().await;
     }
