@@ -102,7 +102,7 @@ impl Rng {
 fn valid(rng: &mut Rng) -> Vec<u8> {
     let id = 1 + rng.below(8);
     let key = ["obj", "k", "", "a/b/c"][rng.below(4) as usize].to_owned();
-    let f = match rng.below(8) {
+    let f = match rng.below(9) {
         0 | 1 => Frame::Request {
             id,
             key,
@@ -139,7 +139,11 @@ fn valid(rng: &mut Rng) -> Vec<u8> {
             code: ErrorCode::Other(rng.below(20) as u16),
             message: "no".into(),
         },
-        _ => Frame::Length { id, size: rng.next() },
+        7 => Frame::Length { id, size: rng.next() },
+        _ => Frame::StoreTime {
+            id,
+            micros: rng.next() as u32,
+        },
     };
     let mut out = Vec::new();
     f.encode(&mut out);

@@ -26,6 +26,8 @@ const REQUEST: u8 = 1;
 const DATA: u8 = 3;
 const END: u8 = 4;
 const ERROR: u8 = 5;
+/// The store's part of a response's hold (skipped: the reference client does not schedule).
+const STORE_TIME: u8 = 8;
 /// Largest Data payload the wire allows (1 MiB); anything larger is a broken peer.
 const MAX_FRAME: usize = 1 << 20;
 
@@ -174,6 +176,7 @@ fn response(sock: &mut TcpStream, id: u64, out: &mut [u8]) -> io::Result<()> {
                     Err(bad(format!("short fragment: {filled} of {} bytes", out.len())))
                 };
             }
+            STORE_TIME if len <= skip.len() => sock.read_exact(&mut skip[..len])?,
             ERROR if len <= skip.len() => {
                 sock.read_exact(&mut skip[..len])?;
                 let msg = String::from_utf8_lossy(skip.get(2..len).unwrap_or_default()).into_owned();

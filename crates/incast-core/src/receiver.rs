@@ -848,6 +848,22 @@
 //! such a sample teaches nothing about the path's queue (a store's jitter read as a queue
 //! held the budget at every sample).
 //!
+//! **The store's part of a hold.** A server's hold is its store's time and its host's: its
+//! CPU, and its queue of other requests. Only the store's time says the server will hold
+//! the next request as long whatever the port does; the host's grows with the requests
+//! the port puts out, and the rules below put more out for a hold. Learnt whole, a loaded
+//! host's time fed on itself: on the 2-core testbed behind an 8 KiB port (64 servers of
+//! 64 KiB fragments, 8 reads at once, stores in memory), in 3 of 11 runs one strategy's
+//! first slow answers set the port's hold past [`STORE_HOLD`], the grants it then held let
+//! more out, and the servers' mean hold stayed at 7.6-20.9 ms (the CPU of 64 servers
+//! answering at once) through all three rounds: 2,579-3,627 grants a round were held, and
+//! those rounds read 0.54-0.83 of the line rate, against 0.71-1.00 in the others. In the
+//! 1 Gbit/s grid (32 KiB port) it held 51-3,015 grants in half the rows (docs/measurements.md,
+//! *Fifty-third session*). So where the transport tells the store's part apart
+//! ([`HostTime::store`]; incast-rpc's servers time their store's reads and send the part
+//! in a `StoreTime` frame), only that part is learnt; the whole hold still leaves the
+//! path's delay and stays in the growth cap (see *Host time is not the port's queue*).
+//!
 //! **Bytes in a store are not in the port.** A grant issued to a server whose learnt hold is
 //! [`STORE_HOLD`] or more is *held* until its expected first byte (or its first byte, if
 //! sooner; [`ReceiverStats::held`]). Held bytes do not count against the budget, as late ones
@@ -1059,6 +1075,12 @@ pub struct HostTime {
     /// and `server` is that cap: the receiver then learns the server's store time from the
     /// grant's own first-byte time (see "A slow store is not a stall" in the module docs).
     pub server_capped: bool,
+    /// Of `server`, the time the server's store took to give the bytes (a disk, an object
+    /// store), where the transport tells it apart from the server host's own time (its CPU,
+    /// its queue of other requests; incast-rpc: `wire::Frame::StoreTime`). What a slow
+    /// store's rule learns (see *The store's part of a hold* in the module docs). `None`
+    /// where the transport cannot tell: the whole hold is learnt then.
+    pub store: Option<Duration>,
 }
 
 /// Default starting budget without a port-rate hint (16 KiB, the default floor; slow start
@@ -2398,10 +2420,11 @@ impl Receiver {
         // so, `wire::Header::hold`; read ahead, that is nothing), and without a store delay
         // its hold is the server host's CPU.
         if let (Some((server, issued)), Some(_)) = (first, sample) {
-            let hold = if host.server_capped {
-                host.server.max(now.saturating_duration_since(issued))
-            } else {
-                host.server
+            let hold = match host.store {
+                // The store's own time: the rest of the hold was the server host's.
+                Some(store) => store,
+                None if host.server_capped => host.server.max(now.saturating_duration_since(issued)),
+                None => host.server,
             };
             self.learn_hold(server, hold);
         }
@@ -3755,6 +3778,37 @@ mod tests {
         rx.check_invariants().unwrap();
     }
 
+    /// A hold the server's host took, not its store, is not learnt: a first byte 20 ms
+    /// after its request, of which the transport says the store took nothing (a 2-core
+    /// server busy with 500 other requests), leaves the next grant to that server unheld,
+    /// and the budget counts it; the same hold said to be the store's holds it.
+    #[test]
+    fn a_hold_its_store_did_not_take_is_not_learnt() {
+        let hold = Duration::from_millis(20);
+        for (store, held) in [(Duration::ZERO, false), (hold, true)] {
+            let mut rx = Receiver::new(ReceiverConfig::default());
+            let t = Instant::now();
+            let stripe = Stripe::fixed_sru("a", &servers(1), MIN_CHUNK).unwrap();
+            let a = rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
+            let (k, g) = requests(&mut rx, t).pop().expect("a grant");
+            let host = HostTime {
+                server: hold,
+                store: Some(store),
+                ..HostTime::default()
+            };
+            rx.on_bytes_timed(t + hold, k, g.id, g.len, host).unwrap();
+            rx.on_done(t + hold, k, g.id).unwrap();
+            assert!(rx.finish_read(a).is_some_and(|f| f.complete));
+            let t = t + hold;
+            let _b = rx.start_read(t, &stripe, &Policy::default(), 2, ReadOptions::default());
+            let (_, g) = requests(&mut rx, t).pop().expect("a grant");
+            let st = rx.stats();
+            assert_eq!(st.port_hold, Some(store), "{st:?}");
+            assert_eq!(st.held, if held { g.len } else { 0 }, "store {store:?}: {st:?}");
+            rx.check_invariants().unwrap();
+        }
+    }
+
     /// Bytes held by a slow store leave the budget, up to a budget: with a fixed budget of
     /// 16 KiB and a server known to hold its answers 20 ms, one read pipelines 32 KiB to it
     /// (16 KiB counted, 16 KiB held); counted, it had stopped at 16 KiB, a budget per hold.
@@ -5007,11 +5061,13 @@ mod tests {
                 server: us(600),
                 client: Duration::ZERO,
                 server_capped: false,
+                store: None,
             },
             HostTime {
                 server: us(300),
                 client: us(300),
                 server_capped: false,
+                store: None,
             },
         ] {
             let (st, srtt) = first_bytes_late(late, host);
@@ -5037,6 +5093,7 @@ mod tests {
                 server: us(2_000),
                 client: Duration::ZERO,
                 server_capped: false,
+                store: None,
             },
         );
         let (client, _) = first_bytes_late(
@@ -5045,6 +5102,7 @@ mod tests {
                 server: Duration::ZERO,
                 client: us(2_000),
                 server_capped: false,
+                store: None,
             },
         );
         assert_eq!(client.base_rtt, Some(us(50)), "{client:?}");
@@ -5064,6 +5122,7 @@ mod tests {
                     server: us(2_000),
                     client: Duration::ZERO,
                     server_capped: false,
+                    store: None,
                 };
                 rx.on_bytes_timed(now, k, g.id, g.len, host).unwrap();
                 rx.on_done(now, k, g.id).unwrap();

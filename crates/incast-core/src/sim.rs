@@ -292,6 +292,7 @@ pub fn simulate_port(
                         server: stall + cfg.store,
                         client: Duration::ZERO,
                         server_capped: false,
+                        store: Some(cfg.store),
                     };
                     if let Ok(Delivery::Write { .. }) = rx.on_bytes_timed(now, k, id, len, host) {
                         let _ = rx.on_done(now, k, id);

@@ -450,8 +450,10 @@ impl Harness {
         } else {
             Duration::ZERO
         };
+        // Half the servers' transports tell the store's part apart (all of the hold here).
         let host = HostTime {
             server: hold,
+            store: (l.server.0 % 2 == 0).then_some(hold),
             ..HostTime::default()
         };
         let d = self.rx.on_bytes_timed(self.now, read, id, n, host);

@@ -27,6 +27,12 @@
 //! memory gains nothing from it). Over TCP and TLS; QUIC answers each request on a
 //! stream of its own, at once.
 //!
+//! **The store's time.** A plain TCP response's first `Data` frame carries the server's hold
+//! of its request, and where the store's read kept the response waiting 50 us or more a
+//! `StoreTime` frame before it says how long: a client learns slow stores from that part
+//! only, since the rest of a hold (this host's CPU, its other requests) grows with what the
+//! client asks for (see [`crate::wire`], *The store's part of the hold*).
+//!
 //! An `OpenRequest` (a fragment of unknown length) is answered with a `Length` frame, then as
 //! much of the range as exists. Its size comes from [`FragmentStore::size`], or, with a query,
 //! from the answer of [`FragmentStore::query`]: answers are at most
@@ -55,7 +61,7 @@ use crate::tcpinfo::TcpInfo;
 use crate::tune::SocketTuning;
 use crate::wire::{
     ErrorCode, Frame, Header, Kind, StartCounters, TcpCounters, WireError, HEADER_LEN, MAX_CONTROL_PAYLOAD,
-    MAX_DATA_PAYLOAD,
+    MAX_DATA_PAYLOAD, MIN_STORE_TIME_US,
 };
 
 /// Default connection limit (1024).
@@ -541,6 +547,16 @@ pub(crate) trait Sink: AsyncWrite + Unpin + Send {
     fn take_hold(&mut self) -> Option<Duration> {
         None
     }
+
+    /// The response's store took `took` to give its bytes (see [`Frame::StoreTime`]).
+    fn note_store(&mut self, took: Duration) {
+        let _ = took;
+    }
+
+    /// What [`Sink::note_store`] noted, once; `None` after the first call.
+    fn take_store(&mut self) -> Option<Duration> {
+        None
+    }
 }
 
 /// A sink that took its socket's counters when the response it writes began, for the
@@ -550,6 +566,7 @@ struct Started<'a, W> {
     wr: &'a mut W,
     at_start: Option<StartCounters>,
     arrived: Option<SystemTime>,
+    store: Option<Duration>,
 }
 
 impl<'a, W: Sink> Started<'a, W> {
@@ -559,7 +576,12 @@ impl<'a, W: Sink> Started<'a, W> {
     fn new(wr: &'a mut W, arrived: Option<SystemTime>, ahead_done: Option<SystemTime>) -> Self {
         let at_start = wr.counters().map(|c| StartCounters::of(&c));
         let arrived = arrived.map(|a| ahead_done.map_or(a, |d| d.max(a)));
-        Self { wr, at_start, arrived }
+        Self {
+            wr,
+            at_start,
+            arrived,
+            store: None,
+        }
     }
 }
 
@@ -610,6 +632,14 @@ impl<W: Sink> Sink for Started<'_, W> {
         self.arrived
             .take()
             .map(|t| SystemTime::now().duration_since(t).unwrap_or_default())
+    }
+
+    fn note_store(&mut self, took: Duration) {
+        self.store = Some(took);
+    }
+
+    fn take_store(&mut self) -> Option<Duration> {
+        self.store.take()
     }
 }
 
@@ -1194,7 +1224,9 @@ async fn respond_with<S: FragmentStore, W: Sink>(
         ctx.stats.cancelled.fetch_add(1, Ordering::Relaxed);
         return send(wr, buf, end_frame(id, None, true, wr)).await;
     }
-    match read.await {
+    let (read, took) = timed(read).await;
+    wr.note_store(took);
+    match read {
         Ok(data) => send_data(wr, buf, cancelled, ctx, id, data).await,
         Err((code, message)) => refuse_request(wr, buf, ctx, id, code, message).await,
     }
@@ -1260,33 +1292,36 @@ pub(crate) async fn respond_open<S: FragmentStore, W: Sink>(
         ctx.stats.cancelled.fetch_add(1, Ordering::Relaxed);
         return send(wr, buf, end_frame(id, None, true, wr)).await;
     }
-    let (size, answer) = match query {
-        Some(q) => match answer(ctx, key, q, limit).await {
-            Ok(a) => (a.len() as u64, Some(a)),
-            Err(e) => return store_error(wr, buf, ctx, id, e).await,
-        },
-        None => match ctx.store.size(key).await {
-            Ok(size) => (size, None),
-            Err(e) => return store_error(wr, buf, ctx, id, e).await,
-        },
-    };
-    if size > limit {
-        let e = StoreError::TooLarge {
-            key: key.to_owned(),
-            size,
-            limit,
+    let read = async {
+        let refusal = |e: StoreError| (code_of(&e), e.to_string());
+        let (size, answer) = match query {
+            Some(q) => {
+                let a = answer(ctx, key, q, limit).await.map_err(refusal)?;
+                (a.len() as u64, Some(a))
+            }
+            None => (ctx.store.size(key).await.map_err(refusal)?, None),
         };
-        return store_error(wr, buf, ctx, id, e).await;
-    }
-    let end = offset.saturating_add(len).min(size);
-    let n = end.saturating_sub(offset);
-    let data = match answer {
-        Some(a) if n > 0 => a.slice(offset as usize..end as usize),
-        None if n > 0 => match read_exact(ctx, key, offset, n).await {
-            Ok(d) => d,
-            Err((code, message)) => return refuse_request(wr, buf, ctx, id, code, message).await,
-        },
-        _ => Bytes::new(),
+        if size > limit {
+            return Err(refusal(StoreError::TooLarge {
+                key: key.to_owned(),
+                size,
+                limit,
+            }));
+        }
+        let end = offset.saturating_add(len).min(size);
+        let n = end.saturating_sub(offset);
+        let data = match answer {
+            Some(a) if n > 0 => a.slice(offset as usize..end as usize),
+            None if n > 0 => read_exact(ctx, key, offset, n).await?,
+            _ => Bytes::new(),
+        };
+        Ok((size, data))
+    };
+    let (read, took) = timed(read).await;
+    wr.note_store(took);
+    let (size, data) = match read {
+        Ok(got) => got,
+        Err((code, message)) => return refuse_request(wr, buf, ctx, id, code, message).await,
     };
     send(wr, buf, Frame::Length { id, size }).await?;
     send_data(wr, buf, cancelled, ctx, id, data).await
@@ -1361,15 +1396,21 @@ async fn read_exact<S: FragmentStore>(ctx: &Ctx<S>, key: &str, offset: u64, len:
     }
 }
 
-/// Refuses request `id` with the code of a store error.
-async fn store_error<S: FragmentStore, W: Sink>(
-    wr: &mut W,
-    buf: &mut Vec<u8>,
-    ctx: &Ctx<S>,
-    id: u64,
-    e: StoreError,
-) -> io::Result<()> {
-    refuse_request(wr, buf, ctx, id, code_of(&e), e.to_string()).await
+/// Awaits a store read, and how long it kept the response waiting: from its first poll that
+/// found it not ready to its answer. A store that answers at its first poll (one in
+/// memory) took nothing, even where the thread was preempted in it: the server's CPU, not
+/// its store (see `wire`, *The store's part of the hold*).
+async fn timed<F: std::future::Future>(read: F) -> (F::Output, Duration) {
+    let mut read = std::pin::pin!(read);
+    let mut waiting: Option<std::time::Instant> = None;
+    std::future::poll_fn(|cx| match read.as_mut().poll(cx) {
+        std::task::Poll::Ready(v) => std::task::Poll::Ready((v, waiting.map_or(Duration::ZERO, |t| t.elapsed()))),
+        std::task::Poll::Pending => {
+            waiting.get_or_insert_with(std::time::Instant::now);
+            std::task::Poll::Pending
+        }
+    })
+    .await
 }
 
 /// Sends `data` as the response to request `id`: data frames, then an `End`.
@@ -1396,8 +1437,14 @@ async fn send_data<S: FragmentStore, W: Sink>(
             ctx.stats.cancelled.fetch_add(1, Ordering::Relaxed);
             return send(wr, buf, end_frame(id, None, true, wr)).await;
         }
-        // The first frame carries the server's hold (`take_hold` answers once).
-        let header = Header::data(id, chunk.len() as u32, wr.take_hold()).encode();
+        // The first frame carries the server's hold (`take_hold` answers once), and a store
+        // that took part of it says so just before (see `wire`, *The store's part*).
+        let hold = wr.take_hold();
+        let store = wr.take_store().map(|d| d.as_micros().min(u128::from(u32::MAX)) as u32);
+        if let Some(micros) = store.filter(|&us| hold.is_some() && us >= MIN_STORE_TIME_US) {
+            send(wr, buf, Frame::StoreTime { id, micros }).await?;
+        }
+        let header = Header::data(id, chunk.len() as u32, hold).encode();
         write_parts(wr, &header, chunk).await?;
         if ctx.cfg.checksums {
             crc = crc32c::crc32c_append(crc, chunk);

@@ -18,6 +18,7 @@
 //! | 5 `Error` | server to client | code `u16`, message (UTF-8); id 0 means the whole connection |
 //! | 6 `OpenRequest` | client to server | object offset `u64`, length `u64`, size limit `u64`, key length `u16`, query length `u16`, key (UTF-8), query (if flag bit 1), then the pacing rate `u64` (if flag bit 0) |
 //! | 7 `Length` | server to client | the size `u64` of the object (or of the query's answer) that request `id` reads |
+//! | 8 `StoreTime` | server to client | microseconds `u32` of the hold of request `id` that its store took ([`Frame::StoreTime`]); sent just before the response's first `Data` frame |
 //!
 //! An `OpenRequest` reads a fragment whose length the client does not know
 //! ([`incast_core::Fragment::up_to`], [`incast_core::Fragment::query`]): bytes `offset..offset +
@@ -54,6 +55,15 @@
 //! microseconds, up to [`MAX_HOLD_US`] (a longer hold is sent as that). A client older
 //! than this flag refuses such a frame (`UnknownFlags`).
 //!
+//! **The store's part of the hold.** A hold is the server host's CPU and queue of other
+//! requests as much as its store's time, and only the store's time says the server will
+//! hold the next request as long (a disk, an object store). So where the store took
+//! [`MIN_STORE_TIME_US`] or more of a hold (from the first poll of its read that found it
+//! not ready to its answer: a store that answers at its first poll, one in memory, took
+//! none), a `StoreTime` frame with that part comes just before the `Data` frame that
+//! carries the hold; a response whose hold comes without one had a store that answered at
+//! once. A client older than this frame refuses it (`UnknownKind`).
+//!
 //! **Bounds before allocation.** [`Header::decode`] rejects a frame whose payload length
 //! exceeds the bound of its kind ([`MAX_DATA_PAYLOAD`] for data, [`MAX_OPEN_REQUEST_PAYLOAD`]
 //! for an `OpenRequest`, [`MAX_CONTROL_PAYLOAD`] for everything else, exact sizes for
@@ -85,6 +95,12 @@ pub const END_PAYLOAD: u32 = 24;
 pub const END_PAYLOAD_WITH_START: u32 = END_PAYLOAD + 8;
 /// Payload length of a `Length` frame.
 pub const LENGTH_PAYLOAD: u32 = 8;
+/// Payload length of a `StoreTime` frame.
+pub const STORE_TIME_PAYLOAD: u32 = 4;
+/// The least store time a server sends in a `StoreTime` frame, in microseconds (50 us: a
+/// store in memory answers in a few; the client reads a hold without one as a store that
+/// took nothing).
+pub const MIN_STORE_TIME_US: u32 = 50;
 /// Largest payload of an `OpenRequest` (the longest key and query, and a pace: about 17 KiB).
 pub const MAX_OPEN_REQUEST_PAYLOAD: u32 = (OPEN_FIXED + MAX_KEY_LEN + MAX_QUERY_LEN + PACE_LEN) as u32;
 
@@ -121,6 +137,8 @@ pub enum Kind {
     OpenRequest = 6,
     /// Server announces the size of what an `OpenRequest` reads.
     Length = 7,
+    /// Server says how much of a response's hold its store took.
+    StoreTime = 8,
 }
 
 impl Kind {
@@ -133,6 +151,7 @@ impl Kind {
             5 => Kind::Error,
             6 => Kind::OpenRequest,
             7 => Kind::Length,
+            8 => Kind::StoreTime,
             _ => return None,
         })
     }
@@ -147,6 +166,7 @@ impl Kind {
             Kind::Error => (2, MAX_CONTROL_PAYLOAD),
             Kind::OpenRequest => (OPEN_FIXED as u32, MAX_OPEN_REQUEST_PAYLOAD),
             Kind::Length => (LENGTH_PAYLOAD, LENGTH_PAYLOAD),
+            Kind::StoreTime => (STORE_TIME_PAYLOAD, STORE_TIME_PAYLOAD),
         }
     }
 }
@@ -488,6 +508,15 @@ pub enum Frame {
         /// Size in bytes.
         size: u64,
     },
+    /// Of the hold that request `id`'s first `Data` frame carries ([`Header::hold`]), the
+    /// time the server's store took to give the bytes; the rest was the server host's (its
+    /// CPU, other requests). Sent only where the store took at least [`MIN_STORE_TIME_US`].
+    StoreTime {
+        /// Request id.
+        id: u64,
+        /// Whole microseconds (a longer time is sent as `u32::MAX`, about 71 minutes).
+        micros: u32,
+    },
     /// Withdraw request `id`.
     Cancel {
         /// Request id.
@@ -535,7 +564,8 @@ impl Frame {
             | Frame::End { id, .. }
             | Frame::Error { id, .. }
             | Frame::OpenRequest { id, .. }
-            | Frame::Length { id, .. } => *id,
+            | Frame::Length { id, .. }
+            | Frame::StoreTime { id, .. } => *id,
         }
     }
 
@@ -575,6 +605,10 @@ impl Frame {
             Frame::Length { size, .. } => {
                 out.put_u64(*size);
                 (Kind::Length, 0)
+            }
+            Frame::StoreTime { micros, .. } => {
+                out.put_u32(*micros);
+                (Kind::StoreTime, 0)
             }
             Frame::Cancel { .. } => (Kind::Cancel, 0),
             Frame::Data { payload, .. } => {
@@ -656,6 +690,7 @@ impl Frame {
             Frame::Error { .. } => Kind::Error,
             Frame::OpenRequest { .. } => Kind::OpenRequest,
             Frame::Length { .. } => Kind::Length,
+            Frame::StoreTime { .. } => Kind::StoreTime,
         }
     }
 
@@ -722,6 +757,10 @@ impl Frame {
             Kind::Length => Frame::Length {
                 id,
                 size: u64::from_be_bytes(p[0..8].try_into().expect("bounded")),
+            },
+            Kind::StoreTime => Frame::StoreTime {
+                id,
+                micros: u32::from_be_bytes(p[0..4].try_into().expect("bounded")),
             },
             Kind::Cancel => Frame::Cancel { id },
             Kind::Data => Frame::Data { id, payload },
@@ -934,6 +973,11 @@ mod tests {
                 pace: None,
             },
             Frame::Length { id: 8, size: u64::MAX },
+            Frame::StoreTime {
+                id: 9,
+                micros: u32::MAX,
+            },
+            Frame::StoreTime { id: 10, micros: 0 },
             Frame::Cancel { id: u64::MAX },
             Frame::Data {
                 id: 3,
@@ -1063,6 +1107,22 @@ mod tests {
         h[0] = VERSION;
         h[1] = 99;
         assert_eq!(decode(&h), Err(WireError::UnknownKind { kind: 99 }));
+        let long = Header {
+            kind: Kind::StoreTime,
+            flags: 0,
+            len: 8,
+            id: 1,
+        }
+        .encode();
+        assert!(matches!(
+            decode(&long),
+            Err(WireError::BadLength {
+                kind: Kind::StoreTime,
+                min: STORE_TIME_PAYLOAD,
+                max: STORE_TIME_PAYLOAD,
+                ..
+            })
+        ));
         let zero = Header {
             kind: Kind::Cancel,
             flags: 0,

@@ -1468,7 +1468,8 @@ async fn the_port_reads_its_interfaces_receive_counter_unless_told_not_to() {
 /// the response ahead of it on the connection if that came later, and sends it in that
 /// response's first data frame, and only there: a store that takes 20 ms to answer holds
 /// every request at least that long, and a request queued behind another is not held for
-/// the other's time too.
+/// the other's time too. The store's part of each hold comes in a `StoreTime` frame just
+/// before it; a store that answers at once sends none.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_first_data_frame_of_a_response_carries_the_servers_hold() {
     let store = MemStore::new();
@@ -1479,66 +1480,93 @@ async fn the_first_data_frame_of_a_response_carries_the_servers_hold() {
         .read_ahead_bytes(0)
         .build()
         .unwrap();
-    let h = serve(
+    let slow = serve(
         "127.0.0.1:0".parse().unwrap(),
-        Delayed::new(store, Duration::from_millis(20)),
-        cfg,
+        Delayed::new(store.clone(), Duration::from_millis(20)),
+        cfg.clone(),
     )
     .await
     .unwrap();
-    let mut s = TcpStream::connect(h.local_addr()).await.unwrap();
+    let fast = serve("127.0.0.1:0".parse().unwrap(), store, cfg).await.unwrap();
     // Linux turns receive timestamps on for the whole host from a work queue, a moment after
     // the first socket asks (`net_enable_timestamp`): until then segments arrive unstamped.
+    let _warm = TcpStream::connect(slow.local_addr()).await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let mut req = Vec::new();
-    for id in [1, 2] {
-        incast_rpc::wire::encode_request(&mut req, id, "blk", 0, 10_000, None);
-    }
-    s.write_all(&req).await.unwrap();
-    let mut holds = Vec::new();
-    let mut got = Vec::new();
-    let mut ends = 0;
-    while ends < 2 {
-        let mut head = [0u8; HEADER_LEN];
-        tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut head))
-            .await
-            .unwrap()
-            .unwrap();
-        let h = Header::decode(&head).unwrap();
-        let mut payload = vec![0u8; h.len as usize];
-        s.read_exact(&mut payload).await.unwrap();
-        match h.kind {
-            Kind::Data => {
-                holds.push((h.id, h.hold()));
-                got.extend_from_slice(&payload);
-            }
-            Kind::End => ends += 1,
-            k => panic!("unexpected {k:?}"),
+    // Every frame of two responses to two requests sent at once: kind, id, hold, store time.
+    async fn frames(addr: std::net::SocketAddr) -> Vec<(Kind, u64, Option<Duration>, Option<u32>)> {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let mut req = Vec::new();
+        for id in [1, 2] {
+            incast_rpc::wire::encode_request(&mut req, id, "blk", 0, 10_000, None);
         }
+        s.write_all(&req).await.unwrap();
+        let (mut out, mut got, mut ends) = (Vec::new(), 0, 0);
+        while ends < 2 {
+            let mut head = [0u8; HEADER_LEN];
+            tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut head))
+                .await
+                .unwrap()
+                .unwrap();
+            let h = Header::decode(&head).unwrap();
+            let mut payload = vec![0u8; h.len as usize];
+            s.read_exact(&mut payload).await.unwrap();
+            let store = match Frame::decode_payload(&h, payload.into()).unwrap() {
+                Frame::Data { payload, .. } => {
+                    got += payload.len();
+                    None
+                }
+                Frame::End { .. } => {
+                    ends += 1;
+                    None
+                }
+                Frame::StoreTime { micros, .. } => Some(micros),
+                f => panic!("unexpected {f:?}"),
+            };
+            out.push((h.kind, h.id, h.hold(), store));
+        }
+        assert_eq!(got, 20_000);
+        out
     }
-    assert_eq!(got.len(), 20_000);
-    // Three frames a response (4096 + 4096 + 1808 bytes), the hold in the first only.
-    assert_eq!(holds.len(), 6, "{holds:?}");
-    for (i, (id, hold)) in holds.iter().enumerate() {
-        assert_eq!(*id, 1 + i as u64 / 3);
-        if i % 3 == 0 {
-            let hold = hold.expect("the first frame carries the hold");
-            assert!(
-                hold >= Duration::from_millis(20) && hold < Duration::from_secs(1),
-                "{hold:?}"
-            );
-        } else {
-            assert_eq!(*hold, None, "frame {i}");
+    let got = frames(slow.local_addr()).await;
+    // A store time, then three data frames (4096 + 4096 + 1808 bytes) with the hold in the
+    // first only, then the end; twice.
+    let kinds: Vec<_> = got.iter().map(|f| f.0).collect();
+    let one = [Kind::StoreTime, Kind::Data, Kind::Data, Kind::Data, Kind::End];
+    assert_eq!(kinds, [one, one].concat(), "{got:?}");
+    for (i, (_, id, hold, store)) in got.iter().enumerate() {
+        assert_eq!(*id, 1 + i as u64 / 5);
+        match i % 5 {
+            0 => {
+                let us = store.expect("a store time");
+                assert!((20_000..32_000).contains(&us), "{got:?}");
+            }
+            1 => {
+                let hold = hold.expect("the first frame carries the hold");
+                assert!(
+                    hold >= Duration::from_millis(20) && hold < Duration::from_secs(1),
+                    "{hold:?}"
+                );
+                // The store's part is part of the hold.
+                let store = Duration::from_micros(u64::from(got[i - 1].3.unwrap()));
+                assert!(store <= hold, "{got:?}");
+            }
+            _ => assert_eq!(*hold, None, "frame {i}"),
         }
     }
     // The second request arrived with the first and waited for it: timed from its arrival,
     // its hold of both (over 40 ms) was longer than the field holds and went as its
     // largest. Timed from the first response's end, it is its own store's 20 ms.
-    let second = holds[3].1.expect("a hold");
+    let second = got[6].2.expect("a hold");
     assert!(
         second >= Duration::from_millis(20) && second < Duration::from_millis(32),
-        "{holds:?}"
+        "{got:?}"
     );
+    // A store in memory: the holds come, and no store time.
+    let got = frames(fast.local_addr()).await;
+    assert!(got.iter().all(|f| f.0 != Kind::StoreTime), "{got:?}");
+    assert_eq!(got.iter().filter(|f| f.2.is_some()).count(), 2, "{got:?}");
+    slow.shutdown().await;
+    fast.shutdown().await;
 }
 
 /// The client takes the servers' hold out of its first bytes' times before it reads a
@@ -1567,6 +1595,59 @@ async fn a_servers_hold_is_not_read_as_the_ports_queue() {
     assert!(port.delay_samples > 0, "{port:?}");
     assert!(port.host_mean >= slow / 4, "{port:?}");
     assert!(port.delay_mean < slow / 4, "{port:?}");
+}
+
+/// A store that blocks its thread for a while and then answers at its first poll: to the
+/// server, its own host's time (the CPU), not a store keeping the response waiting.
+#[derive(Clone)]
+struct Blocking {
+    inner: MemStore,
+    busy: Duration,
+}
+
+impl incast_rpc::FragmentStore for Blocking {
+    async fn read(&self, key: &str, offset: u64, len: u64) -> Result<Bytes, incast_rpc::store::StoreError> {
+        std::thread::sleep(self.busy);
+        self.inner.read(key, offset, len).await
+    }
+}
+
+/// The port's hold after a few reads of one server whose store is `store`.
+async fn learnt_hold<S: incast_rpc::FragmentStore>(store: S) -> incast_core::receiver::ReceiverStats {
+    let lens = [20_000];
+    let h = serve("127.0.0.1:0".parse().unwrap(), store, ServerConfig::default())
+        .await
+        .unwrap();
+    let client = Client::with_config([(ServerId(0), h.local_addr())], ClientConfig::default());
+    // The first read opens the connection (and turns the host's receive timestamps on).
+    client.fan_in_read(&stripe_of(&lens), &Policy::default()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for _ in 0..3 {
+        let out = client.fan_in_read(&stripe_of(&lens), &Policy::default()).await.unwrap();
+        assert_eq!(out.block, expected(&lens));
+    }
+    h.shutdown().await;
+    client.port_stats().expect("reads share the port")
+}
+
+/// A slow store is learnt from its store's time, not from the server's whole hold: a server
+/// whose store keeps each read waiting 5 ms teaches the port a hold of 5 ms or more, and one
+/// whose store blocks the thread 5 ms and answers at its first poll (the host's time, as a
+/// loaded 2-core server's is) teaches none, though its hold is as long.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_store_is_learnt_from_its_stores_time_not_the_whole_hold() {
+    let slow = Duration::from_millis(5);
+    let store = MemStore::new();
+    store.insert("blk", object(0, 20_000));
+    let waited = learnt_hold(Delayed::new(store.clone(), slow)).await;
+    assert!(waited.port_hold.is_some_and(|h| h >= slow), "{waited:?}");
+    let busy = learnt_hold(Blocking {
+        inner: store,
+        busy: slow,
+    })
+    .await;
+    assert!(busy.port_hold.is_some_and(|h| h < slow / 5), "{busy:?}");
+    assert_eq!(busy.held, 0, "{busy:?}");
 }
 
 /// A store that answers after a delay and counts its reads in flight (the most at once).
@@ -1630,6 +1711,8 @@ async fn reads_in_flight(n: u64, len: u64, ahead: u64, cancel: bool) -> usize {
             match f {
                 Frame::Data { id, payload, .. } => data[id as usize - 1].extend_from_slice(&payload),
                 Frame::End { id, cancelled, .. } => ends.push((id, cancelled)),
+                // The store's part of a hold (the store here takes time).
+                Frame::StoreTime { .. } => {}
                 other => panic!("unexpected frame {other:?}"),
             }
         }

@@ -183,6 +183,9 @@ pub(super) struct Conn {
     /// How long the frame being read waited in the socket before the client read its first
     /// bytes, by the kernel's receive timestamp (plaintext TCP; see [`HOST_WAIT_LIMIT`]).
     waited: Option<Duration>,
+    /// The store's part of the hold of the response at the front (a `StoreTime` frame: its
+    /// request and the time), for that response's first `Data` frame.
+    store: Option<(u64, Duration)>,
     /// How long the grants sent when the connection opened waited for it: the client's
     /// time, as `waited` is, which the first response's first-byte time holds (taken by
     /// the connection's first frame).
@@ -741,6 +744,7 @@ impl<'a> Driver<'a> {
             tls,
             rx: Rx::new(),
             waited: None,
+            store: None,
             // The first response answers a grant that waited for this connection.
             opening: (!waiting.is_empty()).then(|| now.saturating_duration_since(began)),
             inflight: VecDeque::new(),
@@ -1181,6 +1185,8 @@ impl<'a> Driver<'a> {
                 let h = Header::decode(buf).map_err(|e| format!("{server}: {e}"))?;
                 // Only the connection's first frame answers a grant that waited for it.
                 let opening = c.opening.take().unwrap_or_default();
+                // A hold without a `StoreTime` frame before it was the server host's alone.
+                let store = c.store.take().filter(|&(req, _)| req == h.id).map(|(_, d)| d);
                 c.rx = match h.kind {
                     Kind::Data => Rx::Data {
                         id: h.id,
@@ -1189,9 +1195,10 @@ impl<'a> Driver<'a> {
                             server: h.hold().unwrap_or_default(),
                             client: c.waited.take().unwrap_or_default() + opening,
                             server_capped: h.hold_capped(),
+                            store: h.hold().map(|_| store.unwrap_or_default()),
                         },
                     },
-                    Kind::End | Kind::Error | Kind::Length => Rx::Control {
+                    Kind::End | Kind::Error | Kind::Length | Kind::StoreTime => Rx::Control {
                         header: h,
                         buf: Vec::with_capacity(h.len as usize),
                     },
@@ -1268,6 +1275,14 @@ impl<'a> Driver<'a> {
                     self.note_refusal(f.fragment, server, code);
                     self.grant_failed(now, g, format!("{server} answered {code:?}: {message}"));
                 }
+                Ok(())
+            }
+            Frame::StoreTime { id, micros } => {
+                let c = &mut self.conns[i];
+                if c.inflight.front().is_none_or(|f| f.req != id) {
+                    return Err(format!("{server} sent a store time for request {id} out of order"));
+                }
+                c.store = Some((id, Duration::from_micros(u64::from(micros))));
                 Ok(())
             }
             Frame::Length { id, size } => {

@@ -206,7 +206,7 @@ fn drain_some(c: &mut Conn, scratch: &mut [u8]) -> Result<bool, String> {
                         host: HostTime::default(),
                     },
                     Kind::Data => return Err(format!("{server} sent data for request {} out of order", h.id)),
-                    Kind::End | Kind::Error | Kind::Length => Rx::Control {
+                    Kind::End | Kind::Error | Kind::Length | Kind::StoreTime => Rx::Control {
                         header: h,
                         buf: Vec::with_capacity(h.len as usize),
                     },
@@ -243,7 +243,7 @@ fn control_done(c: &mut Conn) -> Result<(), String> {
     };
     let ended = match frame {
         Frame::Error { id: 0, .. } => return Err(format!("{server} refused the connection")),
-        Frame::Length { .. } => return Ok(()),
+        Frame::Length { .. } | Frame::StoreTime { .. } => return Ok(()),
         // Its counters stay unread: the next read's first `End` on this connection counts
         // what changed since the last `End` a read saw, and the counters at its response's
         // start tell it which of that was this read's (its drained responses' tails).
