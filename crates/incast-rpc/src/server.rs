@@ -547,16 +547,6 @@ pub(crate) trait Sink: AsyncWrite + Unpin + Send {
     fn take_hold(&mut self) -> Option<Duration> {
         None
     }
-
-    /// The response's store took `took` to give its bytes (see [`Frame::StoreTime`]).
-    fn note_store(&mut self, took: Duration) {
-        let _ = took;
-    }
-
-    /// What [`Sink::note_store`] noted, once; `None` after the first call.
-    fn take_store(&mut self) -> Option<Duration> {
-        None
-    }
 }
 
 /// A sink that took its socket's counters when the response it writes began, for the
@@ -566,7 +556,6 @@ struct Started<'a, W> {
     wr: &'a mut W,
     at_start: Option<StartCounters>,
     arrived: Option<SystemTime>,
-    store: Option<Duration>,
 }
 
 impl<'a, W: Sink> Started<'a, W> {
@@ -576,12 +565,7 @@ impl<'a, W: Sink> Started<'a, W> {
     fn new(wr: &'a mut W, arrived: Option<SystemTime>, ahead_done: Option<SystemTime>) -> Self {
         let at_start = wr.counters().map(|c| StartCounters::of(&c));
         let arrived = arrived.map(|a| ahead_done.map_or(a, |d| d.max(a)));
-        Self {
-            wr,
-            at_start,
-            arrived,
-            store: None,
-        }
+        Self { wr, at_start, arrived }
     }
 }
 
@@ -632,14 +616,6 @@ impl<W: Sink> Sink for Started<'_, W> {
         self.arrived
             .take()
             .map(|t| SystemTime::now().duration_since(t).unwrap_or_default())
-    }
-
-    fn note_store(&mut self, took: Duration) {
-        self.store = Some(took);
-    }
-
-    fn take_store(&mut self) -> Option<Duration> {
-        self.store.take()
     }
 }
 
@@ -1224,10 +1200,9 @@ async fn respond_with<S: FragmentStore, W: Sink>(
         ctx.stats.cancelled.fetch_add(1, Ordering::Relaxed);
         return send(wr, buf, end_frame(id, None, true, wr)).await;
     }
-    let (read, took) = timed(read).await;
-    wr.note_store(took);
+    let (read, store) = timed(read).await;
     match read {
-        Ok(data) => send_data(wr, buf, cancelled, ctx, id, data).await,
+        Ok(data) => send_data(wr, buf, cancelled, ctx, id, data, store).await,
         Err((code, message)) => refuse_request(wr, buf, ctx, id, code, message).await,
     }
 }
@@ -1317,14 +1292,13 @@ pub(crate) async fn respond_open<S: FragmentStore, W: Sink>(
         };
         Ok((size, data))
     };
-    let (read, took) = timed(read).await;
-    wr.note_store(took);
+    let (read, store) = timed(read).await;
     let (size, data) = match read {
         Ok(got) => got,
         Err((code, message)) => return refuse_request(wr, buf, ctx, id, code, message).await,
     };
     send(wr, buf, Frame::Length { id, size }).await?;
-    send_data(wr, buf, cancelled, ctx, id, data).await
+    send_data(wr, buf, cancelled, ctx, id, data, store).await
 }
 
 /// The answer to `query` against `key`: cached, or computed (at most the server's answer
@@ -1413,7 +1387,9 @@ async fn timed<F: std::future::Future>(read: F) -> (F::Output, Duration) {
     .await
 }
 
-/// Sends `data` as the response to request `id`: data frames, then an `End`.
+/// Sends `data` as the response to request `id`: data frames, then an `End`. `store`: how long
+/// its store kept it waiting, sent before the first data frame where that frame carries a hold
+/// (see `wire`, *The store's part of the hold*).
 ///
 /// The `End` leaves in a write (and so a segment) of its own, on purpose: it is a tail-loss
 /// probe for free. When a response's last data segment is lost, the `End` segment behind it
@@ -1430,8 +1406,10 @@ async fn send_data<S: FragmentStore, W: Sink>(
     ctx: &Ctx<S>,
     id: u64,
     data: Bytes,
+    store: Duration,
 ) -> io::Result<()> {
     let mut crc = 0u32;
+    let mut store = Some(store.as_micros().min(u128::from(u32::MAX)) as u32);
     for chunk in data.chunks(ctx.cfg.data_frame_bytes as usize) {
         if cancelled() {
             ctx.stats.cancelled.fetch_add(1, Ordering::Relaxed);
@@ -1440,8 +1418,7 @@ async fn send_data<S: FragmentStore, W: Sink>(
         // The first frame carries the server's hold (`take_hold` answers once), and a store
         // that took part of it says so just before (see `wire`, *The store's part*).
         let hold = wr.take_hold();
-        let store = wr.take_store().map(|d| d.as_micros().min(u128::from(u32::MAX)) as u32);
-        if let Some(micros) = store.filter(|&us| hold.is_some() && us >= MIN_STORE_TIME_US) {
+        if let Some(micros) = store.take().filter(|&us| hold.is_some() && us >= MIN_STORE_TIME_US) {
             send(wr, buf, Frame::StoreTime { id, micros }).await?;
         }
         let header = Header::data(id, chunk.len() as u32, hold).encode();
