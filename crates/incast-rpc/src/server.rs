@@ -33,6 +33,24 @@
 //! only, since the rest of a hold (this host's CPU, its other requests) grows with what the
 //! client asks for (see [`crate::wire`], *The store's part of the hold*).
 //!
+//! **Where the `End` goes.** An `End` in a segment of its own is a tail-loss probe for
+//! free: when a response's last data segment is lost, the `End` behind it draws the SACK
+//! that repairs it at once, where otherwise the kernel's loss probe (two round trips, at
+//! least 10 ms on Linux) or the RTO would. But it costs a system call and a packet per
+//! response, on the server and through the path, and where the host's CPU is the limit that
+//! is a large part of a small response. Measured on the 2-core testbed (docs/measurements.md,
+//! *Sixth session*): the `End` always in the last data write lifted 1 KiB fragments from
+//! 1024 senders from 37-42% to 51-62% of the line rate, but beside 2 bulk flows the reads
+//! fell to 0.12-0.49 of it with more hedges. So the `End` rides with the data only where the
+//! connection shows no loss: after [`MERGED_END_AFTER`] responses in a row that began with
+//! no retransmit nor RTO on the socket since the one before (its TCP_INFO counters, read at
+//! each response's start anyway for [`StartCounters`]). Any loss
+//! ends the run; a loss that ends a run long enough to have merged doubles the run the
+//! connection needs next (at most [`MAX_MERGED_END_AFTER`]), so a connection whose merged
+//! tails keep being lost goes back to separate `End`s, as TCP backs its timer off. Over TCP
+//! and TLS; a QUIC response's `End` is always a write of its own. Measured in
+//! docs/measurements.md, *Fifty-fourth session*; [`ServerStats::merged_ends`] counts them.
+//!
 //! An `OpenRequest` (a fragment of unknown length) is answered with a `Length` frame, then as
 //! much of the range as exists. Its size comes from [`FragmentStore::size`], or, with a query,
 //! from the answer of [`FragmentStore::query`]: answers are at most
@@ -355,6 +373,9 @@ pub struct ServerStats {
     /// stalled response arrived), and a client that refuses the server's certificate closes
     /// a QUIC handshake itself.
     pub tls_abandoned: AtomicU64,
+    /// Responses whose `End` rode in the write of their last `Data` frame, on a connection
+    /// that showed no loss lately (see the module docs, *Where the `End` goes*).
+    pub merged_ends: AtomicU64,
 }
 
 /// A running server. Dropping the handle detaches the server: it keeps serving until the
@@ -547,6 +568,12 @@ pub(crate) trait Sink: AsyncWrite + Unpin + Send {
     fn take_hold(&mut self) -> Option<Duration> {
         None
     }
+
+    /// Whether the response being written may send its `End` in the write of its last
+    /// `Data` frame (see [`MERGED_END_AFTER`]); `false` where nobody decided.
+    fn end_with_data(&self) -> bool {
+        false
+    }
 }
 
 /// A sink that took its socket's counters when the response it writes began, for the
@@ -556,6 +583,7 @@ struct Started<'a, W> {
     wr: &'a mut W,
     at_start: Option<StartCounters>,
     arrived: Option<SystemTime>,
+    merge_end: bool,
 }
 
 impl<'a, W: Sink> Started<'a, W> {
@@ -565,7 +593,12 @@ impl<'a, W: Sink> Started<'a, W> {
     fn new(wr: &'a mut W, arrived: Option<SystemTime>, ahead_done: Option<SystemTime>) -> Self {
         let at_start = wr.counters().map(|c| StartCounters::of(&c));
         let arrived = arrived.map(|a| ahead_done.map_or(a, |d| d.max(a)));
-        Self { wr, at_start, arrived }
+        Self {
+            wr,
+            at_start,
+            arrived,
+            merge_end: false,
+        }
     }
 }
 
@@ -609,6 +642,10 @@ impl<W: Sink> Sink for Started<'_, W> {
 
     fn at_start(&self) -> Option<StartCounters> {
         self.at_start
+    }
+
+    fn end_with_data(&self) -> bool {
+        self.merge_end
     }
 
     fn take_hold(&mut self) -> Option<Duration> {
@@ -1068,6 +1105,7 @@ async fn write_responses<S: FragmentStore, W: TcpSink>(
     let mut paced = None;
     // When the last response was written: a queued request's hold starts there.
     let mut ahead_done: Option<SystemTime> = None;
+    let mut placement = EndPlacement::default();
     while let Some(item) = rx.recv().await {
         let result = match item {
             Item::Fatal(e) => {
@@ -1133,6 +1171,7 @@ async fn write_responses<S: FragmentStore, W: TcpSink>(
                     tracing::trace!(peer_port, id, len, "serving");
                 }
                 let mut started = Started::new(&mut wr, arrived, ahead_done);
+                started.merge_end = placement.merge_next(started.at_start);
                 let r = match ahead {
                     Some(a) => {
                         pending.lock().unwrap_or_else(|e| e.into_inner()).ahead_bytes -= a.len;
@@ -1391,14 +1430,10 @@ async fn timed<F: std::future::Future>(read: F) -> (F::Output, Duration) {
 /// its store kept it waiting, sent before the first data frame where that frame carries a hold
 /// (see `wire`, *The store's part of the hold*).
 ///
-/// The `End` leaves in a write (and so a segment) of its own, on purpose: it is a tail-loss
-/// probe for free. When a response's last data segment is lost, the `End` segment behind it
-/// draws the SACK that lets the kernel repair the loss at once; without it, only a loss
-/// probe or the RTO would. Tried on 2026-11-25 (sixth session): sending the last data frame
-/// and the `End` in one write lifted 1 KiB fragments from 1024 senders, CPU-bound on the
-/// 2-core testbed, from 37-42% to 51-62% of the line rate (half the syscalls and packets),
-/// but beside 2 bulk flows the reads fell to 0.12-0.49 of the line rate in three runs, with
-/// more hedges, where this gave 0.34-0.45 in two runs of the same code otherwise.
+/// The `End` leaves in a write (and so a segment) of its own, a tail-loss probe for free,
+/// unless the sink says it may ride in the last data frame's write
+/// ([`Sink::end_with_data`]: a connection that showed no loss lately, see
+/// [`EndPlacement`]).
 async fn send_data<S: FragmentStore, W: Sink>(
     wr: &mut W,
     buf: &mut Vec<u8>,
@@ -1410,7 +1445,9 @@ async fn send_data<S: FragmentStore, W: Sink>(
 ) -> io::Result<()> {
     let mut crc = 0u32;
     let mut store = Some(store.as_micros().min(u128::from(u32::MAX)) as u32);
-    for chunk in data.chunks(ctx.cfg.data_frame_bytes as usize) {
+    let chunks = data.chunks(ctx.cfg.data_frame_bytes as usize);
+    let last = chunks.len().wrapping_sub(1);
+    for (i, chunk) in chunks.enumerate() {
         if cancelled() {
             ctx.stats.cancelled.fetch_add(1, Ordering::Relaxed);
             return send(wr, buf, end_frame(id, None, true, wr)).await;
@@ -1422,10 +1459,22 @@ async fn send_data<S: FragmentStore, W: Sink>(
             send(wr, buf, Frame::StoreTime { id, micros }).await?;
         }
         let header = Header::data(id, chunk.len() as u32, hold).encode();
-        write_parts(wr, &header, chunk).await?;
         if ctx.cfg.checksums {
             crc = crc32c::crc32c_append(crc, chunk);
         }
+        if i == last && wr.end_with_data() {
+            // The `End` rides in the last data frame's write (see `EndPlacement`). Its
+            // counters are read before that write: a retransmit of it shows in the
+            // connection's next `End`, as one of an earlier tail (`StartCounters`).
+            buf.clear();
+            end_frame(id, ctx.cfg.checksums.then_some(crc), false, wr).encode(buf);
+            write_parts(wr, &[&header, chunk, buf]).await?;
+            ctx.stats.bytes.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+            ctx.stats.requests.fetch_add(1, Ordering::Relaxed);
+            ctx.stats.merged_ends.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
+        write_parts(wr, &[&header, chunk]).await?;
         ctx.stats.bytes.fetch_add(chunk.len() as u64, Ordering::Relaxed);
     }
     ctx.stats.requests.fetch_add(1, Ordering::Relaxed);
@@ -1449,10 +1498,63 @@ pub(crate) async fn send<W: AsyncWrite + Unpin>(wr: &mut W, buf: &mut Vec<u8>, f
     wr.write_all(buf).await
 }
 
+/// Responses in a row (8) that a connection must begin with no retransmit nor RTO on its
+/// socket since the response before, before its `End`s ride in their last data write (see
+/// the module docs, *Where the `End` goes*).
+pub const MERGED_END_AFTER: u32 = 8;
+
+/// The longest clean run (1024 responses) a connection must show again after a loss that
+/// came while its `End`s rode with the data: each such loss doubles the run it needs.
+pub const MAX_MERGED_END_AFTER: u32 = 1024;
+
+/// Whether a connection's next response sends its `End` in a write of its own or in the
+/// write of its last `Data` frame: see the module docs, *Where the `End` goes*.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct EndPlacement {
+    /// The socket's counters at the last response's start.
+    last: Option<StartCounters>,
+    /// Responses in a row that began with no loss since the one before.
+    clean: u32,
+    /// The run that merges.
+    need: u32,
+}
+
+impl Default for EndPlacement {
+    fn default() -> Self {
+        Self {
+            last: None,
+            clean: 0,
+            need: MERGED_END_AFTER,
+        }
+    }
+}
+
+impl EndPlacement {
+    /// A response begins with its socket's counters `now` (`None`: not readable): whether
+    /// its `End` rides in its last data write.
+    pub(crate) fn merge_next(&mut self, now: Option<StartCounters>) -> bool {
+        self.clean = match (self.last, now) {
+            (Some(a), Some(b)) if a.retransmits == b.retransmits && a.rtos == b.rtos => self.clean.saturating_add(1),
+            (Some(_), Some(_)) => {
+                if self.clean >= self.need {
+                    self.need = self.need.saturating_mul(2).min(MAX_MERGED_END_AFTER);
+                }
+                0
+            }
+            _ => 0,
+        };
+        self.last = now;
+        self.clean >= self.need
+    }
+}
+
 /// Writes a header and a payload with as few syscalls (and segments) as possible.
-pub(crate) async fn write_parts<W: AsyncWrite + Unpin>(w: &mut W, header: &[u8], payload: &[u8]) -> io::Result<()> {
-    let mut bufs = [IoSlice::new(header), IoSlice::new(payload)];
-    let mut slices: &mut [IoSlice<'_>] = &mut bufs;
+pub(crate) async fn write_parts<W: AsyncWrite + Unpin>(w: &mut W, parts: &[&[u8]]) -> io::Result<()> {
+    let mut bufs = [IoSlice::new(&[]); 3];
+    for (b, p) in bufs.iter_mut().zip(parts) {
+        *b = IoSlice::new(p);
+    }
+    let mut slices: &mut [IoSlice<'_>] = &mut bufs[..parts.len().min(3)];
     while !slices.is_empty() {
         let n = w.write_vectored(slices).await?;
         if n == 0 {
@@ -1479,6 +1581,63 @@ mod tests {
         let name = socket2::SockRef::from(&listener).tcp_congestion().unwrap();
         let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
         assert_eq!(&name[..end], b"reno");
+    }
+
+    fn counters(retransmits: u32, rtos: u32) -> Option<StartCounters> {
+        Some(StartCounters { retransmits, rtos })
+    }
+
+    /// The `End` rides with the data only after a clean run of `MERGED_END_AFTER` responses;
+    /// a retransmit or an RTO ends the run, and one that ends a merging run doubles the run
+    /// needed next, up to `MAX_MERGED_END_AFTER`. Unreadable counters never merge.
+    #[test]
+    fn the_end_rides_with_the_data_only_after_a_clean_run() {
+        let mut p = EndPlacement::default();
+        // The first response has nothing to compare with; then MERGED_END_AFTER clean ones.
+        let merged: Vec<bool> = (0..=MERGED_END_AFTER).map(|_| p.merge_next(counters(3, 1))).collect();
+        assert_eq!(merged.iter().filter(|&&m| m).count(), 1, "{merged:?}");
+        assert!(merged[MERGED_END_AFTER as usize]);
+        // A retransmit since the last start ends the run, and this run had merged: twice as
+        // long a run is needed now.
+        assert!(!p.merge_next(counters(4, 1)));
+        let run: Vec<bool> = (0..2 * MERGED_END_AFTER)
+            .map(|_| p.merge_next(counters(4, 1)))
+            .collect();
+        assert_eq!(
+            run.iter().position(|&m| m),
+            Some(2 * MERGED_END_AFTER as usize - 1),
+            "{run:?}"
+        );
+        // An RTO alone ends it too.
+        assert!(!p.merge_next(counters(4, 2)));
+        // A loss in a run too short to merge does not double the need again.
+        for _ in 0..3 {
+            assert!(!p.merge_next(counters(4, 2)));
+        }
+        assert!(!p.merge_next(counters(5, 2)));
+        let run: Vec<bool> = (0..4 * MERGED_END_AFTER)
+            .map(|_| p.merge_next(counters(5, 2)))
+            .collect();
+        assert_eq!(
+            run.iter().position(|&m| m),
+            Some(4 * MERGED_END_AFTER as usize - 1),
+            "{run:?}"
+        );
+        // Losses while merging double the need up to its bound, never past it.
+        let mut r = 6;
+        for _ in 0..20 {
+            let mut n = 0;
+            while !p.merge_next(counters(r, 2)) {
+                n += 1;
+                assert!(n <= MAX_MERGED_END_AFTER + 1, "never merged again");
+            }
+            r += 1;
+            assert!(!p.merge_next(counters(r, 2)));
+        }
+        assert_eq!(p.need, MAX_MERGED_END_AFTER);
+        // A socket whose counters cannot be read never merges.
+        let mut q = EndPlacement::default();
+        assert!((0..100).all(|_| !q.merge_next(None)));
     }
 
     #[test]

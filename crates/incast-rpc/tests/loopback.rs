@@ -1464,6 +1464,66 @@ async fn the_port_reads_its_interfaces_receive_counter_unless_told_not_to() {
     }
 }
 
+/// A connection that shows no loss sends its responses' `End` in the last data frame's
+/// write once it has begun `MERGED_END_AFTER` responses in a row with no retransmit: every
+/// response stays whole, in order and with the right checksum, merged or not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_connection_sends_its_ends_with_the_data() {
+    use incast_rpc::server::MERGED_END_AFTER;
+    let store = MemStore::new();
+    let body = object(7, 10_000);
+    store.insert("blk", body.clone());
+    let cfg = ServerConfig::builder()
+        .data_frame_bytes(4096)
+        .checksums(true)
+        .build()
+        .unwrap();
+    let server = serve("127.0.0.1:0".parse().unwrap(), store, cfg).await.unwrap();
+    let mut s = TcpStream::connect(server.local_addr()).await.unwrap();
+    let responses = 2 * MERGED_END_AFTER as u64 + 4;
+    for id in 1..=responses {
+        let mut req = Vec::new();
+        incast_rpc::wire::encode_request(&mut req, id, "blk", 0, 10_000, None);
+        s.write_all(&req).await.unwrap();
+        let mut got = Vec::new();
+        loop {
+            let mut head = [0u8; HEADER_LEN];
+            tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut head))
+                .await
+                .unwrap()
+                .unwrap();
+            let h = Header::decode(&head).unwrap();
+            assert_eq!(h.id, id);
+            let mut payload = vec![0u8; h.len as usize];
+            s.read_exact(&mut payload).await.unwrap();
+            match Frame::decode_payload(&h, payload.into()).unwrap() {
+                Frame::Data { payload, .. } => got.extend_from_slice(&payload),
+                Frame::End {
+                    crc32c,
+                    cancelled,
+                    counters,
+                    ..
+                } => {
+                    assert!(!cancelled);
+                    assert!(counters.is_some(), "response {id}");
+                    assert_eq!(crc32c, Some(crc32c::crc32c(&got)), "response {id}");
+                    break;
+                }
+                f => panic!("unexpected {f:?}"),
+            }
+        }
+        assert_eq!(got, body, "response {id}");
+    }
+    // The first response has no run behind it; from the (MERGED_END_AFTER + 1)th on every
+    // one merged (nothing is lost on loopback).
+    let merged = server.stats().merged_ends.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(merged, responses - u64::from(MERGED_END_AFTER), "merged ends");
+    assert_eq!(
+        server.stats().requests.load(std::sync::atomic::Ordering::Relaxed),
+        responses
+    );
+}
+
 /// A server times its hold of each request from the request's arrival, or from the end of
 /// the response ahead of it on the connection if that came later, and sends it in that
 /// response's first data frame, and only there: a store that takes 20 ms to answer holds
