@@ -1587,6 +1587,14 @@ mod tests {
         Some(StartCounters { retransmits, rtos })
     }
 
+    /// Responses begun with `c` until the first that merges, counting it (panics past the
+    /// longest run that can be needed).
+    fn first_merge(p: &mut EndPlacement, c: Option<StartCounters>) -> u32 {
+        (1..=MAX_MERGED_END_AFTER + 1)
+            .find(|_| p.merge_next(c))
+            .expect("never merged")
+    }
+
     /// The `End` rides with the data only after a clean run of `MERGED_END_AFTER` responses;
     /// a retransmit or an RTO ends the run, and one that ends a merging run doubles the run
     /// needed next, up to `MAX_MERGED_END_AFTER`. Unreadable counters never merge.
@@ -1600,39 +1608,19 @@ mod tests {
         // A retransmit since the last start ends the run, and this run had merged: twice as
         // long a run is needed now.
         assert!(!p.merge_next(counters(4, 1)));
-        let run: Vec<bool> = (0..2 * MERGED_END_AFTER)
-            .map(|_| p.merge_next(counters(4, 1)))
-            .collect();
-        assert_eq!(
-            run.iter().position(|&m| m),
-            Some(2 * MERGED_END_AFTER as usize - 1),
-            "{run:?}"
-        );
-        // An RTO alone ends it too.
+        assert_eq!(first_merge(&mut p, counters(4, 1)), 2 * MERGED_END_AFTER);
+        // An RTO alone ends it too (and doubles the run needed: this one had merged).
         assert!(!p.merge_next(counters(4, 2)));
         // A loss in a run too short to merge does not double the need again.
         for _ in 0..3 {
             assert!(!p.merge_next(counters(4, 2)));
         }
         assert!(!p.merge_next(counters(5, 2)));
-        let run: Vec<bool> = (0..4 * MERGED_END_AFTER)
-            .map(|_| p.merge_next(counters(5, 2)))
-            .collect();
-        assert_eq!(
-            run.iter().position(|&m| m),
-            Some(4 * MERGED_END_AFTER as usize - 1),
-            "{run:?}"
-        );
+        assert_eq!(first_merge(&mut p, counters(5, 2)), 4 * MERGED_END_AFTER);
         // Losses while merging double the need up to its bound, never past it.
-        let mut r = 6;
-        for _ in 0..20 {
-            let mut n = 0;
-            while !p.merge_next(counters(r, 2)) {
-                n += 1;
-                assert!(n <= MAX_MERGED_END_AFTER + 1, "never merged again");
-            }
-            r += 1;
-            assert!(!p.merge_next(counters(r, 2)));
+        for r in 6..26 {
+            assert!(first_merge(&mut p, counters(r, 2)) <= MAX_MERGED_END_AFTER);
+            assert!(!p.merge_next(counters(r + 1, 2)));
         }
         assert_eq!(p.need, MAX_MERGED_END_AFTER);
         // A socket whose counters cannot be read never merges.

@@ -1464,6 +1464,20 @@ async fn the_port_reads_its_interfaces_receive_counter_unless_told_not_to() {
     }
 }
 
+/// The next frame on a raw connection to a server, with its header (5 s at most).
+async fn next_frame(s: &mut TcpStream) -> (Header, Frame) {
+    let mut head = [0u8; HEADER_LEN];
+    tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut head))
+        .await
+        .unwrap()
+        .unwrap();
+    let h = Header::decode(&head).unwrap();
+    let mut payload = vec![0u8; h.len as usize];
+    s.read_exact(&mut payload).await.unwrap();
+    let f = Frame::decode_payload(&h, payload.into()).unwrap();
+    (h, f)
+}
+
 /// A connection that shows no loss sends its responses' `End` in the last data frame's
 /// write once it has begun `MERGED_END_AFTER` responses in a row with no retransmit: every
 /// response stays whole, in order and with the right checksum, merged or not.
@@ -1487,16 +1501,9 @@ async fn a_clean_connection_sends_its_ends_with_the_data() {
         s.write_all(&req).await.unwrap();
         let mut got = Vec::new();
         loop {
-            let mut head = [0u8; HEADER_LEN];
-            tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut head))
-                .await
-                .unwrap()
-                .unwrap();
-            let h = Header::decode(&head).unwrap();
+            let (h, f) = next_frame(&mut s).await;
             assert_eq!(h.id, id);
-            let mut payload = vec![0u8; h.len as usize];
-            s.read_exact(&mut payload).await.unwrap();
-            match Frame::decode_payload(&h, payload.into()).unwrap() {
+            match f {
                 Frame::Data { payload, .. } => got.extend_from_slice(&payload),
                 Frame::End {
                     crc32c,
@@ -1562,15 +1569,8 @@ async fn the_first_data_frame_of_a_response_carries_the_servers_hold() {
         s.write_all(&req).await.unwrap();
         let (mut out, mut got, mut ends) = (Vec::new(), 0, 0);
         while ends < 2 {
-            let mut head = [0u8; HEADER_LEN];
-            tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut head))
-                .await
-                .unwrap()
-                .unwrap();
-            let h = Header::decode(&head).unwrap();
-            let mut payload = vec![0u8; h.len as usize];
-            s.read_exact(&mut payload).await.unwrap();
-            let store = match Frame::decode_payload(&h, payload.into()).unwrap() {
+            let (h, f) = next_frame(&mut s).await;
+            let store = match f {
                 Frame::Data { payload, .. } => {
                     got += payload.len();
                     None
