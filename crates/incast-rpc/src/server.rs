@@ -1474,13 +1474,13 @@ async fn send_data<S: FragmentStore, W: Sink>(
             // connection's next `End`, as one of an earlier tail (`StartCounters`).
             buf.clear();
             end_frame(id, ctx.cfg.checksums.then_some(crc), false, wr).encode(buf);
-            write_parts(wr, &[&header, chunk, buf]).await?;
+            write_parts(wr, [&header[..], chunk, buf]).await?;
             ctx.stats.bytes.fetch_add(chunk.len() as u64, Ordering::Relaxed);
             ctx.stats.requests.fetch_add(1, Ordering::Relaxed);
             ctx.stats.merged_ends.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
-        write_parts(wr, &[&header, chunk]).await?;
+        write_parts(wr, [&header[..], chunk]).await?;
         ctx.stats.bytes.fetch_add(chunk.len() as u64, Ordering::Relaxed);
     }
     ctx.stats.requests.fetch_add(1, Ordering::Relaxed);
@@ -1555,12 +1555,9 @@ impl EndPlacement {
 }
 
 /// Writes a header and a payload with as few syscalls (and segments) as possible.
-pub(crate) async fn write_parts<W: AsyncWrite + Unpin>(w: &mut W, parts: &[&[u8]]) -> io::Result<()> {
-    let mut bufs = [IoSlice::new(&[]); 3];
-    for (b, p) in bufs.iter_mut().zip(parts) {
-        *b = IoSlice::new(p);
-    }
-    let mut slices: &mut [IoSlice<'_>] = &mut bufs[..parts.len().min(3)];
+pub(crate) async fn write_parts<W: AsyncWrite + Unpin, const N: usize>(w: &mut W, parts: [&[u8]; N]) -> io::Result<()> {
+    let mut bufs = parts.map(IoSlice::new);
+    let mut slices: &mut [IoSlice<'_>] = &mut bufs;
     while !slices.is_empty() {
         let n = w.write_vectored(slices).await?;
         if n == 0 {
