@@ -594,6 +594,12 @@ struct Common {
     /// each reader starting its next read when its last one ends.
     #[arg(long)]
     batch: bool,
+    /// Mixed reads, as SENDERSxSIZE (e.g. 16x4KiB): every other concurrent reader reads
+    /// stripes of that many fragments of that size instead of the layout's, as small
+    /// lookups beside large block reads. Each row adds the mixed reads' latency against
+    /// their own ideal and the layout's reads' beside it. Needs --concurrency 2 or more.
+    #[arg(long)]
+    mix: Option<run::Mix>,
     /// No progress bar.
     #[arg(long, short)]
     quiet: bool,
@@ -906,6 +912,7 @@ impl Common {
             concurrency: self.concurrency.clone(),
             background: self.background,
             batch: self.batch,
+            mix: self.mix,
             layouts: layouts(self)?,
             strategies,
             blocks: self.blocks,
@@ -1187,6 +1194,7 @@ fn run_demo(a: &DemoArgs) -> Result<(), CliError> {
         concurrency: DEMO_CONCURRENCY.to_vec(),
         background: 0,
         batch: false,
+        mix: None,
     };
     let spec = common.spec(
         DEMO_SENDERS.to_vec(),

@@ -68,6 +68,68 @@ impl std::fmt::Display for Layout {
     }
 }
 
+/// The second shape of a mixed workload (`sweep --mix 16x4KiB`): every other concurrent
+/// reader reads stripes of `senders` fragments of `sru` bytes, the others the
+/// configuration's layout, as a service answers small lookups beside large block reads.
+/// The two kinds meet at the client's port, where the small reads' latency shows whether
+/// they wait behind the large reads' bytes (see the `sweep` module's *Mixed reads*).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mix {
+    /// Fragments (senders) of a mixed read, at least 1.
+    pub senders: usize,
+    /// Bytes per fragment, at least 1.
+    pub sru: u64,
+}
+
+impl Mix {
+    /// Bytes of one mixed read.
+    pub fn block(self) -> u64 {
+        self.sru.saturating_mul(self.senders as u64)
+    }
+
+    /// Whether concurrent reader `reader` (from 0: a closed-loop reader, or a read's place in
+    /// its batch) reads the mixed shape: the odd ones, so half the readers, rounded down.
+    pub fn reads_with(reader: usize) -> bool {
+        reader % 2 == 1
+    }
+}
+
+impl std::str::FromStr for Mix {
+    type Err = String;
+
+    /// `SENDERSxSIZE`, e.g. `16x4KiB`: 16 fragments of 4 KiB.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (n, size) = s
+            .split_once(['x', 'X'])
+            .ok_or_else(|| format!("`{s}`: give the mixed reads as SENDERSxSIZE, e.g. 16x4KiB"))?;
+        let senders = match n.trim().parse::<usize>() {
+            Ok(0) | Err(_) => return Err(format!("`{s}`: `{n}` is not a sender count of 1 or more")),
+            Ok(v) => v,
+        };
+        let sru = crate::units::parse_bytes(size)?;
+        if sru == 0 {
+            return Err(format!("`{s}`: a fragment must be at least one byte"));
+        }
+        if sru.checked_mul(senders as u64).is_none_or(|b| b > MAX_MIX_BLOCK) {
+            return Err(format!(
+                "`{s}`: a mixed read of more than {} is not a small read",
+                crate::output::human(MAX_MIX_BLOCK)
+            ));
+        }
+        Ok(Mix { senders, sru })
+    }
+}
+
+impl std::fmt::Display for Mix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} x {}", self.senders, crate::output::human(self.sru))
+    }
+}
+
+/// The largest mixed read `--mix` takes: 1 GiB (a mixed read is held whole in memory, as
+/// every read of the bench).
+pub const MAX_MIX_BLOCK: u64 = 1 << 30;
+
 /// The stripe of read number `no` over `senders` of the `pool` servers: one fragment per
 /// sender, starting at server `no x senders` (mod the pool) and rotating, each fragment with
 /// its own key, so a fragment landing in the wrong place is caught by [`pattern::verify`].
@@ -140,6 +202,8 @@ pub struct RunSpec {
     /// Reads in batches of `concurrency` started together, the next batch when the last read
     /// of this one ends (a partition-aggregate query); else closed loop.
     pub batch: bool,
+    /// Mixed reads: every other reader reads this shape instead of `layout`'s.
+    pub mix: Option<Mix>,
 }
 
 /// The result of one configuration, one JSON line.
@@ -293,6 +357,32 @@ pub struct Measurement {
     /// Whether reads came in batches of `concurrency` started together (else each reader
     /// starts its next read as its last one ends).
     pub batch: bool,
+    /// The mixed reads' shape (`--mix`), e.g. "16 x 4KiB"; `None` when every read has the
+    /// layout's shape. In a mixed run `blocks`, the goodput and the latency percentiles above
+    /// count both kinds; the `mix_*` and `layout_*` fields split them.
+    pub mix: Option<String>,
+    /// Mixed reads that completed.
+    pub mix_blocks: u32,
+    /// Bytes of one mixed read.
+    pub mix_block_bytes: u64,
+    /// Mixed reads' mean latency, ms.
+    pub mix_mean_ms: f64,
+    /// Their median, ms.
+    pub mix_p50_ms: f64,
+    /// Their 99th percentile, ms.
+    pub mix_p99_ms: f64,
+    /// Their slowest, ms.
+    pub mix_max_ms: f64,
+    /// One mixed read's bytes at the line rate, ms.
+    pub mix_ideal_ms: f64,
+    /// `mix_p99_ms / mix_ideal_ms`.
+    pub mix_p99_over_ideal: f64,
+    /// The layout's reads of a mixed run that completed.
+    pub layout_blocks: u32,
+    /// Their mean latency, ms (0 without `--mix`).
+    pub layout_mean_ms: f64,
+    /// Their 99th percentile, ms (0 without `--mix`).
+    pub layout_p99_ms: f64,
     /// Grants (requests) issued.
     pub grants: u64,
     /// Packets the switch port dropped (testbed).
@@ -489,6 +579,12 @@ pub async fn measure(
 ) -> Result<Measurement, RunError> {
     let r = spec.concurrency.max(1);
     let ids: Vec<ServerId> = used_servers(servers, spec)?.iter().map(|(id, _)| *id).collect();
+    if let Some(mix) = spec.mix.filter(|m| m.senders > ids.len()) {
+        return Err(RunError::NotEnoughServers {
+            senders: mix.senders,
+            servers: ids.len(),
+        });
+    }
     let own;
     let reader = match reader {
         Some(r) => r,
@@ -513,7 +609,12 @@ pub async fn measure(
         .await
         .map_err(|e| plan_error(format!("background flows: {e}")))?;
     let next = std::cell::Cell::new(0u64);
-    let stripe_of = |no| stripe(&ids, spec.senders, spec.layout, no);
+    // Read `no`'s stripe: of the mixed shape, or of the layout's.
+    let stripe_of = |no, mixed: bool| match spec.mix {
+        Some(mix) if mixed => stripe(&ids, mix.senders, Layout::Sru(mix.sru), no),
+        _ => stripe(&ids, spec.senders, spec.layout, no),
+    };
+    let is_mixed = |reader: usize| spec.mix.is_some() && Mix::reads_with(reader);
     let open_lengths = spec.strategy.unknown_lengths();
     // Warm-up: `warmup` reads per reader, all readers at once.
     let last_failure = RefCell::new(None);
@@ -521,29 +622,33 @@ pub async fn measure(
     let first_corrupt = RefCell::new(None);
     // The number of the last warm-up read that ended whole (reads are numbered as they start).
     let last_warm = std::cell::Cell::new(None::<u64>);
-    futures_util::future::join_all((0..r).map(|_| async {
-        loop {
-            let no = next.get();
-            if no >= warm {
-                return;
-            }
-            next.set(no + 1);
-            let s = stripe_of(no);
-            match reader.read(if open_lengths { as_queries(&s) } else { s.clone() }).await {
-                Ok((block, report)) => {
-                    if let Err(m) = pattern::verify(&s, &block) {
-                        first_corrupt.borrow_mut().get_or_insert(m);
-                    }
-                    if let Some(r) = report {
-                        last_warm.set(last_warm.get().max(Some(r.read)));
-                    }
-                    *last_failure.borrow_mut() = None;
+    let warm_reader = |mixed: bool| {
+        let (next, first_corrupt, last_warm, last_failure, stripe_of) =
+            (&next, &first_corrupt, &last_warm, &last_failure, &stripe_of);
+        async move {
+            loop {
+                let no = next.get();
+                if no >= warm {
+                    return;
                 }
-                Err(e) => *last_failure.borrow_mut() = Some(e),
+                next.set(no + 1);
+                let s = stripe_of(no, mixed);
+                match reader.read(if open_lengths { as_queries(&s) } else { s.clone() }).await {
+                    Ok((block, report)) => {
+                        if let Err(m) = pattern::verify(&s, &block) {
+                            first_corrupt.borrow_mut().get_or_insert(m);
+                        }
+                        if let Some(r) = report {
+                            last_warm.set(last_warm.get().max(Some(r.read)));
+                        }
+                        *last_failure.borrow_mut() = None;
+                    }
+                    Err(e) => *last_failure.borrow_mut() = Some(e),
+                }
             }
         }
-    }))
-    .await;
+    };
+    futures_util::future::join_all((0..r).map(|i| warm_reader(is_mixed(i)))).await;
     if let Some(m) = first_corrupt.take() {
         return Err(corrupt(m));
     }
@@ -568,7 +673,10 @@ pub async fn measure(
         Reader::Blocking(_) => (0, 0),
     };
     let drains_before = drains(reader);
-    let hist = RefCell::new(Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds"));
+    let new_hist = || Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds");
+    let hist = RefCell::new(new_hist());
+    // A mixed run's reads by kind (the layout's, the mixed shape's): latency and its sum.
+    let by_kind = RefCell::new([(new_hist(), 0u128), (new_hist(), 0u128)]);
     let m = RefCell::new(Measurement {
         strategy: spec.strategy.name().to_owned(),
         senders: spec.senders,
@@ -593,13 +701,14 @@ pub async fn measure(
     let start = Instant::now();
     let end_no = warm + u64::from(spec.blocks);
     // One measured read: number `no`.
-    let read_one = |no: u64| {
+    let read_one = |no: u64, mixed: bool| {
         let (reader, m, bytes, sum_us, hist, first_corrupt, on_block) =
             (&reader, &m, &bytes, &sum_us, &hist, &first_corrupt, &on_block);
+        let by_kind = &by_kind;
         let (rtos_of, late) = (&rtos_of, &late);
         let (delay_sum_us, wait_sum_us, transfer_sum_us) = (&delay_sum_us, &wait_sum_us, &transfer_sum_us);
         let host_sum_us = &host_sum_us;
-        let s = stripe_of(no);
+        let s = stripe_of(no, mixed);
         async move {
             let t = Instant::now();
             let res = reader.read(if open_lengths { as_queries(&s) } else { s.clone() }).await;
@@ -614,6 +723,9 @@ pub async fn measure(
                     bytes.set(bytes.get() + block.len() as u64);
                     sum_us.set(sum_us.get() + took.as_micros());
                     hist.borrow_mut().saturating_record(took.as_micros().max(1) as u64);
+                    let (kind_hist, kind_sum) = &mut by_kind.borrow_mut()[usize::from(mixed)];
+                    kind_hist.saturating_record(took.as_micros().max(1) as u64);
+                    *kind_sum += took.as_micros();
                     m.blocks_over_100ms += u32::from(took >= Duration::from_millis(100));
                     if let Some(r) = report {
                         rtos_of.borrow_mut().insert(r.read, r.kernel_rtos);
@@ -676,12 +788,14 @@ pub async fn measure(
             if batch.is_empty() {
                 break;
             }
-            futures_util::future::join_all(batch.into_iter().map(read_one)).await;
+            let reads = batch.into_iter().enumerate().map(|(j, no)| read_one(no, is_mixed(j)));
+            futures_util::future::join_all(reads).await;
         }
     } else {
-        futures_util::future::join_all((0..r).map(|_| async {
+        let (take, read_one) = (&take, &read_one);
+        futures_util::future::join_all((0..r).map(|i| async move {
             while let Some(no) = take() {
-                read_one(no).await;
+                read_one(no, is_mixed(i)).await;
             }
         }))
         .await;
@@ -757,6 +871,20 @@ pub async fn measure(
         f64::from(completed - m.blocks_with_rto) / f64::from(completed)
     };
     m.histogram = encode_histogram(&hist);
+    if let Some(mix) = spec.mix {
+        let [(layout, layout_sum), (mixed, mixed_sum)] = by_kind.into_inner();
+        let mean = |sum: u128, n: u64| if n == 0 { 0.0 } else { sum as f64 / n as f64 / 1000.0 };
+        m.mix = Some(mix.to_string());
+        m.mix_block_bytes = mix.block();
+        m.mix_blocks = mixed.len() as u32;
+        m.mix_mean_ms = mean(mixed_sum, mixed.len());
+        m.mix_p50_ms = ms(mixed.value_at_quantile(0.5));
+        m.mix_p99_ms = ms(mixed.value_at_quantile(0.99));
+        m.mix_max_ms = ms(mixed.max());
+        m.layout_blocks = layout.len() as u32;
+        m.layout_mean_ms = mean(layout_sum, layout.len());
+        m.layout_p99_ms = ms(layout.value_at_quantile(0.99));
+    }
     Ok(m)
 }
 
@@ -884,6 +1012,10 @@ impl Measurement {
             self.line_rate_fraction = self.goodput_mbps / mbps;
             self.ideal_ms = self.block_bytes as f64 * 8.0 / (mbps * 1e6) * 1e3;
             self.p99_over_ideal = self.p99_ms / self.ideal_ms;
+            if self.mix_block_bytes > 0 {
+                self.mix_ideal_ms = self.mix_block_bytes as f64 * 8.0 / (mbps * 1e6) * 1e3;
+                self.mix_p99_over_ideal = self.mix_p99_ms / self.mix_ideal_ms;
+            }
         }
     }
 }
@@ -953,6 +1085,35 @@ mod tests {
         ] {
             assert_eq!(base64(i.as_bytes()), o);
         }
+    }
+
+    #[test]
+    fn mixed_shapes_parse_and_bad_ones_say_why() {
+        let m: Mix = "16x4KiB".parse().unwrap();
+        assert_eq!(m, Mix { senders: 16, sru: 4096 });
+        assert_eq!((m.block(), m.to_string()), (65_536, "16 x 4KiB".to_owned()));
+        assert_eq!(
+            " 2 X 1MiB".parse::<Mix>(),
+            Ok(Mix {
+                senders: 2,
+                sru: 1 << 20
+            })
+        );
+        for (bad, why) in [
+            ("16", "SENDERSxSIZE"),
+            ("0x4KiB", "sender count"),
+            ("ax4KiB", "sender count"),
+            ("16x0", "at least one byte"),
+            ("16x4parsecs", "unknown size unit"),
+            ("1025x1MiB", "not a small read"),
+            ("99999999999999999999x1", "sender count"),
+        ] {
+            let e = bad.parse::<Mix>().unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+        // Half the readers, the odd ones, read the mixed shape.
+        let mixed: Vec<usize> = (0..6).filter(|&r| Mix::reads_with(r)).collect();
+        assert_eq!(mixed, [1, 3, 5]);
     }
 
     #[test]

@@ -21,6 +21,20 @@
 //! made anew per round would measure that start R times over. Every round is a row of its
 //! own ([`Measurement::round`]); [`round_summary`] pools them per strategy and pairs them
 //! round by round against `naive` (docs/measurements.md, *Thirty-fifth session*).
+//!
+//! # Mixed reads
+//!
+//! Equal reads show what sharing the port does to throughput, not what it does to the small
+//! read that arrives behind a large one, which is what a storage or search service serves
+//! most: a few kilobytes of index or metadata beside megabytes of blocks. With
+//! [`SweepSpec::mix`] (`--mix 16x4KiB`) every other concurrent reader (reader 1, 3, ... or
+//! the odd places of a batch) reads stripes of that shape instead of the layout's, so half
+//! the reads in flight are of each kind; both kinds' bytes count in the goodput, and each
+//! row adds the mixed reads' latency against their own ideal (their bytes at the line
+//! rate) and the layout's reads' latency beside it (`Measurement::mix_*`, `layout_*`).
+//! Shortest-remaining-first serves the small reads ahead of the large ones' rest; a
+//! scheduler per read (`per-read`) or none (`naive`) queues them behind the bytes already
+//! granted or sent.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,7 +48,7 @@ use incast_rpc::{ServerConfig, SocketTuning};
 
 use crate::output::{table_header, table_row};
 use crate::pattern::HeldPattern;
-use crate::run::{measure, pooled_goodput, Layout, Measurement, Reader, RunError, RunSpec};
+use crate::run::{measure, pooled_goodput, Layout, Measurement, Mix, Reader, RunError, RunSpec};
 use crate::servers::ServerSet;
 use crate::strategy::{Strategy, ROUTE_RTO_MIN};
 use crate::testbed::{host_addr, Testbed, TestbedError};
@@ -98,6 +112,8 @@ pub struct SweepSpec {
     pub background: usize,
     /// Reads in batches of `concurrency` started together (see [`RunSpec::batch`]).
     pub batch: bool,
+    /// Mixed reads: every other reader reads this shape (see *Mixed reads*).
+    pub mix: Option<Mix>,
     /// Block layouts.
     pub layouts: Vec<Layout>,
     /// Strategies.
@@ -274,6 +290,7 @@ fn failed_row(run: &RunSpec, error: String) -> Measurement {
         failed_blocks: run.blocks,
         background_flows: run.background.len(),
         batch: run.batch,
+        mix: run.mix.map(|m| m.to_string()),
         cc: run.cc.clone(),
         first_error: Some(error),
         ..Measurement::default()
@@ -388,6 +405,19 @@ pub fn run(spec: SweepSpec, network: Network) -> Result<SweepResult, SweepError>
         return Err(SweepError::Invalid(
             "nothing to run: give senders, a layout, strategies and at least one block".into(),
         ));
+    }
+    if spec.mix.is_some() && spec.concurrency.contains(&1) {
+        return Err(SweepError::Invalid(
+            "--mix needs --concurrency of 2 or more: every other reader reads the mixed shape".into(),
+        ));
+    }
+    if let Some(mix) = spec.mix.filter(|m| m.senders > max_n * max_r) {
+        return Err(SweepError::Invalid(format!(
+            "--mix {mix}: {} senders, but the sweep starts {} servers (the widest read's senders times \
+             the most concurrent reads)",
+            mix.senders,
+            max_n * max_r
+        )));
     }
     if !(1..=MAX_ROUNDS).contains(&spec.rounds) {
         return Err(SweepError::Invalid(format!(
@@ -650,6 +680,7 @@ fn client_side(
         concurrency,
         background: Vec::new(),
         batch: spec.batch,
+        mix: spec.mix,
     };
     // Line rate: one sender streaming, the better of naive and default.
     bar.set_message("line rate (1 sender, 4 MiB blocks)");
@@ -666,6 +697,7 @@ fn client_side(
                 blocks: LINE_RATE_BLOCKS,
                 warmup: 2,
                 min_time: Duration::ZERO,
+                mix: None,
                 ..base(st, 1, Layout::Block(LINE_RATE_BLOCK), 1)
             };
             let m = rt.block_on(measure(&addrs, &probe, None, || {}, |_| {}))?;
@@ -850,37 +882,64 @@ mod tests {
         );
     }
 
+    /// A sweep of one naive read of 1 KiB from one server (hosts that do not exist: a
+    /// check that refuses it must come before any connection).
+    fn tiny_spec() -> SweepSpec {
+        SweepSpec {
+            senders: vec![1],
+            concurrency: vec![1],
+            background: 0,
+            batch: false,
+            mix: None,
+            layouts: vec![Layout::Sru(1024)],
+            strategies: vec![Strategy::Naive],
+            blocks: 1,
+            warmup: 0,
+            max_time: Duration::from_secs(1),
+            min_time: Duration::ZERO,
+            read_timeout: Duration::from_secs(1),
+            buffer_hint: 32 << 10,
+            rate_hint: None,
+            cc: "cubic".into(),
+            quiet: true,
+            quic_ca: None,
+            quic_server_name: None,
+            quic_gso: 1,
+            rounds: 1,
+            server_delay: Duration::ZERO,
+        }
+    }
+
     #[test]
     fn rounds_out_of_range_are_refused_before_anything_starts() {
         for rounds in [0, MAX_ROUNDS + 1] {
-            let spec = SweepSpec {
-                senders: vec![1],
-                concurrency: vec![1],
-                background: 0,
-                batch: false,
-                layouts: vec![Layout::Sru(1024)],
-                strategies: vec![Strategy::Naive],
-                blocks: 1,
-                warmup: 0,
-                max_time: Duration::from_secs(1),
-                min_time: Duration::ZERO,
-                read_timeout: Duration::from_secs(1),
-                buffer_hint: 32 << 10,
-                rate_hint: None,
-                cc: "cubic".into(),
-                quiet: true,
-                quic_ca: None,
-                quic_server_name: None,
-                quic_gso: 1,
-                rounds,
-                server_delay: Duration::ZERO,
-            };
-            // Hosts that do not exist: the check must come before any connection.
+            let spec = SweepSpec { rounds, ..tiny_spec() };
             let e = run(spec, Network::Hosts(Vec::new())).unwrap_err();
             assert!(
                 matches!(&e, SweepError::Invalid(m) if m.contains("rounds must be 1 to 16")),
                 "{e}"
             );
         }
+    }
+
+    #[test]
+    fn a_mix_without_a_second_reader_or_enough_servers_is_refused() {
+        let mix = Some(Mix { senders: 2, sru: 1024 });
+        let one_reader = SweepSpec { mix, ..tiny_spec() };
+        let e = run(one_reader, Network::Hosts(Vec::new())).unwrap_err();
+        assert!(
+            matches!(&e, SweepError::Invalid(m) if m.contains("--concurrency of 2 or more")),
+            "{e}"
+        );
+        let wide = SweepSpec {
+            mix: Some(Mix { senders: 3, sru: 1024 }),
+            concurrency: vec![2],
+            ..tiny_spec()
+        };
+        let e = run(wide, Network::Hosts(Vec::new())).unwrap_err();
+        assert!(
+            matches!(&e, SweepError::Invalid(m) if m.contains("3 senders, but the sweep starts 2 servers")),
+            "{e}"
+        );
     }
 }

@@ -245,6 +245,54 @@ fn background_flows_share_the_port_with_the_reads() {
 }
 
 #[test]
+fn mixed_reads_are_read_whole_and_reported_by_kind() {
+    if !testbed_possible() {
+        return;
+    }
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let lines = sweep_json(&[
+        "--senders",
+        "8",
+        "--sru",
+        "64KiB",
+        "--mix",
+        "4x4KiB",
+        "--concurrency",
+        "4",
+        "--strategies",
+        "naive,default",
+        "--blocks",
+        "40",
+        "--warmup",
+        "1",
+        "--max-time",
+        "15s",
+    ]);
+    assert_eq!(lines.len(), 3);
+    let line_rate = lines[0]["line_rate_mbps"].as_f64().unwrap();
+    for r in &lines[1..] {
+        assert_eq!(r["failed_blocks"], 0, "{r}");
+        assert_eq!(r["mix"], "4 x 4KiB", "{r}");
+        assert_eq!(r["mix_block_bytes"], 16384, "{r}");
+        // Every other reader of four reads the mixed shape: each of the two readers of each
+        // kind read at least once (the faster kind reads more), and every read is of one
+        // kind or the other.
+        let (mixed, layout) = (r["mix_blocks"].as_u64().unwrap(), r["layout_blocks"].as_u64().unwrap());
+        assert!(mixed >= 2 && layout >= 2, "{r}");
+        assert_eq!(mixed + layout, r["blocks"].as_u64().unwrap(), "{r}");
+        // A mixed read is half a layout read's fragments at a sixteenth of their size: its
+        // ideal is a thirty-second of the layout's.
+        let ideal = r["mix_ideal_ms"].as_f64().unwrap();
+        assert!((ideal - 16384.0 * 8.0 / (line_rate * 1e3)).abs() < 1e-6, "{r}");
+        assert!((r["ideal_ms"].as_f64().unwrap() / ideal - 32.0).abs() < 1e-6, "{r}");
+        let (p99, max) = (r["mix_p99_ms"].as_f64().unwrap(), r["max_ms"].as_f64().unwrap());
+        assert!(p99 > 0.0 && p99 <= max * 1.001, "{r}");
+        assert!(r["layout_p99_ms"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    assert_nothing_left();
+}
+
+#[test]
 fn a_port_shallower_than_twice_a_hosts_bucket_gets_units_of_half_its_buffer() {
     if !testbed_possible() {
         return;
