@@ -22,12 +22,30 @@
 //!   bytes left to receive (SRPT, as Homa serves messages: the mean completion time of a batch
 //!   drops from about N/2 + 1/2 to about N/4 + 1/2 transfer times... in the ideal case the
 //!   first read finishes at 1x, the second at 2x and so on, instead of all at Nx). A read with
-//!   a higher [`ReadOptions::priority`] goes first. A read that started more than
-//!   [`ReceiverConfigBuilder::aging`] ago is *aged*: aged reads go before every other, oldest
-//!   first, so no read waits for the port longer than the aging bound plus the time the
-//!   reads started before it take. The port's head read blocks the ones behind it when its
-//!   next grant does not fit (as a [`Scheduler`]'s queue head does), so a large grant is
-//!   never overtaken forever by small ones.
+//!   a higher [`ReadOptions::priority`] goes first. The port's head read blocks the ones
+//!   behind it when its next grant does not fit (as a [`Scheduler`]'s queue head does), so a
+//!   large grant is never overtaken forever by small ones.
+//! - **Aging halves a read's size per aging bound.** The port orders its reads as if each
+//!   read's bytes left were halved once per [`ReceiverConfigBuilder::aging`] of its age, so
+//!   a read goes before every read of its priority that starts more than the bound times
+//!   `log2(its bytes left / theirs)` after it: a 1 MiB read before the 32 KiB reads that
+//!   start 5 bounds (500 ms at the default) or more after it, and a read of `R` bytes before
+//!   every read that starts more than `log2(R)` bounds after it (a 4 GiB read: 32). Two
+//!   reads' order does not depend on when it is asked, so the order stays sorted and only a
+//!   read's progress moves it. One level of priority is worth [`PRIORITY_AGING_BOUNDS`]
+//!   bounds of age. Until the fifty-fifth session a read older than the bound (then 50 ms)
+//!   went before every younger one, oldest first: a large read outlives the bound at any
+//!   load, so it went before every small read that came after it, and SRPT held only among
+//!   reads younger than the bound. On the testbed with half the readers reading small
+//!   stripes (`incast-bench sweep --mix`), `default`'s small reads were then 2-39 times
+//!   slower than a scheduler per read's in six configurations of seven; with this order,
+//!   faster in six of seven (1.2-2.9x), and behind in one, where 8 readers of 16 MiB wait
+//!   about a second for each other and so go first for the tail of their transfer. The
+//!   bound trades the small reads' latency for the large ones': where the small readers
+//!   keep the port busy the large reads took up to 4.4 times a scheduler per read's time
+//!   (at 50 ms a halving 2.2 times, at 250 ms 10 times), and where the small reads' 4 KiB
+//!   fragments make the 2-core testbed's CPU the limit, serving them first left the port
+//!   0.81-0.82 full (docs/measurements.md, *Fifty-fifth session*).
 //! - **A read that ends gives its share back at once.** [`Receiver::finish_read`] forgets
 //!   its grants; their bytes no longer count against the port.
 //!
@@ -1037,7 +1055,9 @@
 //!    of its read, or no sender was live; waiting senders, up to the cap, do not count). Re-requests (hedges, drawn from the hedge bucket, and retries after
 //!    failures) replace bytes the port had admitted and go first regardless: a stall may
 //!    halve the budget, and the hedge of that very stall must not wait behind it;
-//! 3. the order set holds exactly the live reads, each under its current key;
+//! 3. the order set holds exactly the live reads, each under its current key, whose rank is
+//!    the read's for its start, priority and bytes left (see *Aging halves a read's size per
+//!    aging bound*);
 //! 4. every read's scheduler holds its own invariants;
 //! 5. the budget is within its ceiling and the lowest its floor goes.
 //!
@@ -1100,8 +1120,22 @@ pub const DEFAULT_TARGET_DELAY: Duration = Duration::from_micros(200);
 pub const PACING_GAIN: f64 = 1.25;
 /// Whether grants carry a pacing rate by default (see [`ReceiverConfigBuilder::pacing`]).
 pub const DEFAULT_PACING: bool = false;
-/// Default aging bound (50 ms).
-pub const DEFAULT_AGING: Duration = Duration::from_millis(50);
+/// Default aging bound (100 ms): the age that halves a read's bytes left in the port's order
+/// (see "Aging halves a read's size per aging bound" in the module docs). Measured with
+/// mixed reads on the testbed at 50, 100, 200, 250 and 1,000 ms (docs/measurements.md,
+/// *Fifty-fifth session*): the longer, the faster the small reads and the slower the large
+/// ones where small reads keep the port busy.
+pub const DEFAULT_AGING: Duration = Duration::from_millis(100);
+/// Steps of the port's order per aging bound of age, and per halving of a read's bytes left
+/// (fixed point: see "Aging halves a read's size per aging bound" in the module docs).
+const RANK_STEPS: u64 = 1024;
+/// Aging bounds of age one level of [`ReadOptions::priority`] is worth: more than the
+/// halvings between any two reads' sizes (at most 64), so a higher priority goes first
+/// unless the lower one started this many aging bounds earlier (6.4 s at the default).
+pub const PRIORITY_AGING_BOUNDS: u64 = 64;
+/// The largest start a read's rank takes, in steps (later starts tie with it): keeps every
+/// rank under `u64::MAX`.
+const MAX_START_STEPS: u64 = 1 << 60;
 /// Default share of granted bytes that may be hedged, port-wide (5%).
 pub const DEFAULT_PORT_HEDGE_FRACTION: f64 = 0.05;
 /// Default size of the port's hedge bucket (256 KiB): the most it may hedge in one burst.
@@ -1484,8 +1518,10 @@ impl ReceiverConfigBuilder {
         self.c.target_delay = d;
         self
     }
-    /// Time after its start from which a read goes before every younger one. Default
-    /// [`DEFAULT_AGING`]; range `[0, 1 h]` (0: arrival order, no SRPT).
+    /// Age per halving of a read's bytes left in the port's order: a read goes before the
+    /// reads of its priority that start more than this times `log2(its bytes left / theirs)`
+    /// after it (see "Aging halves a read's size per aging bound" in the module docs).
+    /// Default [`DEFAULT_AGING`]; range `[0, 1 h]` (0: arrival order, no SRPT, no priority).
     pub fn aging(mut self, d: Duration) -> Self {
         self.c.aging = d;
         self
@@ -1580,8 +1616,9 @@ impl fmt::Display for ReadKey {
 /// How one read ranks against the others.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ReadOptions {
-    /// Higher goes first (before SRPT order); default 0. Aged reads go before every
-    /// priority.
+    /// Higher goes first (before SRPT order); default 0. One level is worth
+    /// [`PRIORITY_AGING_BOUNDS`] aging bounds of age, so a read of lower priority goes first
+    /// once it is that much older.
     pub priority: u8,
 }
 
@@ -1608,7 +1645,8 @@ pub struct PortReport {
     /// Time the read had grants outstanding: transferring (or waiting on its servers).
     /// Admission wait plus transfer is the read's time at the port, up to its last event.
     pub transfer: Duration,
-    /// Whether the read was aged before it ended.
+    /// Whether the read lived longer than the aging bound (by then every read that starts
+    /// after it with twice its bytes left or more goes after it).
     pub aged: bool,
 }
 
@@ -1826,8 +1864,10 @@ impl BusyRate {
 #[derive(Clone, Debug)]
 struct ReadState {
     sched: Scheduler,
-    seq: u64,
     key: OrderKey,
+    /// The read's start in steps of the port's order (see [`Receiver::rank`]).
+    start_steps: u64,
+    priority: u8,
     block_len: u64,
     /// Port-visible totals last seen, to apply deltas.
     outstanding: u64,
@@ -1859,9 +1899,8 @@ struct ReadState {
     host_sum: Duration,
 }
 
-/// Order key: (class: 0 aged, 1 not; 255 - priority, or 0 when aged; remaining bytes, or the
-/// arrival number when aged; arrival number; slot).
-type OrderKey = (u8, u8, u64, u64, u32);
+/// Order key: (rank, see [`Receiver::rank`]; arrival number; slot).
+type OrderKey = (u64, u64, u32);
 
 #[derive(Clone, Debug, Default)]
 struct Slot {
@@ -1902,6 +1941,8 @@ pub struct Receiver {
     order: BTreeSet<OrderKey>,
     /// Live reads by start time, for aging.
     arrivals: VecDeque<(Instant, ReadKey)>,
+    /// The first read's start: the origin of the reads' start steps.
+    epoch: Option<Instant>,
     /// Reads that may have cancels to poll.
     cancels: VecDeque<ReadKey>,
     /// Reads that may have ranges to re-request (hedges, retries): served before the order.
@@ -2049,6 +2090,7 @@ impl Receiver {
             free: Vec::new(),
             order: BTreeSet::new(),
             arrivals: VecDeque::new(),
+            epoch: None,
             cancels: VecDeque::new(),
             urgent: VecDeque::new(),
             next_seq: 0,
@@ -2137,12 +2179,22 @@ impl Receiver {
         let seq = self.next_seq;
         self.next_seq += 1;
         let block_len = stripe.block_len();
-        let key = (1, 255 - opts.priority, block_len, seq, slot);
+        let epoch = *self.epoch.get_or_insert(now);
+        let start_steps = match self.config.aging.as_nanos() {
+            0 => 0,
+            aging => {
+                let steps = now.saturating_duration_since(epoch).as_nanos() * u128::from(RANK_STEPS) / aging;
+                // Past about 10^15 aging bounds (at 1 ns, 12 days) later reads tie.
+                u64::try_from(steps).unwrap_or(u64::MAX).min(MAX_START_STEPS)
+            }
+        };
+        let key = (self.rank(start_steps, opts.priority, block_len), seq, slot);
         let s = &mut self.slots[slot as usize];
         s.read = Some(ReadState {
             sched,
-            seq,
             key,
+            start_steps,
+            priority: opts.priority,
             block_len,
             outstanding: 0,
             senders: 0,
@@ -2732,7 +2784,7 @@ impl Receiver {
             .map(|k| {
                 let rk = self.key_of(*k);
                 let r = self.read(rk).expect("ordered reads are live");
-                (rk, k.0 == 0, r.sched.live_grants(), r.sched.is_finished())
+                (rk, r.port.aged, r.sched.live_grants(), r.sched.is_finished())
             })
             .collect()
     }
@@ -2780,8 +2832,15 @@ impl Receiver {
             held += r.held;
             senders += r.senders;
             held_senders += r.held_senders;
-            if !self.order.contains(&r.key) || r.key.4 != i as u32 {
+            if !self.order.contains(&r.key) || r.key.2 != i as u32 {
                 return Err(InvariantViolation(format!("read in slot {i} missing from the order")));
+            }
+            let rank = self.rank(r.start_steps, r.priority, r.block_len - r.completed);
+            if r.key.0 != rank {
+                return Err(InvariantViolation(format!(
+                    "read in slot {i} ranked {} in the order, but its rank is {rank}",
+                    r.key.0
+                )));
             }
             r.sched.check_invariants()?;
         }
@@ -2847,8 +2906,8 @@ impl Receiver {
 
     fn key_of(&self, k: OrderKey) -> ReadKey {
         ReadKey {
-            slot: k.4,
-            generation: self.slots[k.4 as usize].generation,
+            slot: k.2,
+            generation: self.slots[k.2 as usize].generation,
         }
     }
 
@@ -3060,21 +3119,35 @@ impl Receiver {
         }
     }
 
-    /// Promotes reads that started more than the aging bound ago.
+    /// Marks the reads that started more than the aging bound ago as aged (reported in
+    /// [`PortReport::aged`]; their place in the order moves with time by itself, see
+    /// [`Self::rank`]).
     fn age(&mut self, now: Instant) {
         while let Some(&(started, rk)) = self.arrivals.front() {
             if now < started + self.config.aging {
                 break;
             }
             self.arrivals.pop_front();
-            let Some(r) = self.read_mut(rk) else { continue };
-            let old = r.key;
-            r.key = (0, 0, r.seq, r.seq, rk.slot);
-            r.port.aged = true;
-            let new = r.key;
-            self.order.remove(&old);
-            self.order.insert(new);
+            if let Some(r) = self.read_mut(rk) {
+                r.port.aged = true;
+            }
         }
+    }
+
+    /// A read's place in the port's order, smallest first: its start in steps of
+    /// [`RANK_STEPS`] per aging bound, plus the base-2 logarithm of its bytes left in steps of
+    /// [`RANK_STEPS`] per halving, plus [`PRIORITY_AGING_BOUNDS`] aging bounds per level of
+    /// priority under the highest. Each read's priority at time `t` would be its bytes left
+    /// halved once per aging bound of age: the order between two reads does not depend on
+    /// `t`, so it is kept sorted and only a read's progress moves it. With no aging bound,
+    /// every rank is 0 and the arrival number orders the reads.
+    fn rank(&self, start_steps: u64, priority: u8, left: u64) -> u64 {
+        if self.config.aging.is_zero() {
+            return 0;
+        }
+        let halvings = ((left.max(1) as f64).log2() * RANK_STEPS as f64) as u64;
+        let lower = u64::from(255 - priority) * PRIORITY_AGING_BOUNDS * RANK_STEPS;
+        start_steps + halvings + lower
     }
 
     /// Brings the port's view of read `rk` up to date after an event.
@@ -3133,12 +3206,9 @@ impl Receiver {
         }
         r.port.budget_min = r.port.budget_min.min(budget);
         r.port.budget_max = r.port.budget_max.max(budget);
-        let rekey = (done > 0 || shrunk) && r.key.0 == 1;
+        let (start_steps, priority, left) = (r.start_steps, r.priority, r.block_len - completed);
         let old_key = r.key;
-        if rekey {
-            r.key.2 = r.block_len - completed;
-        }
-        let new_key = r.key;
+        let rekey = done > 0 || shrunk;
         self.outstanding = self.outstanding - old_out + out;
         self.stuck = self.stuck - old_stuck + stuck;
         self.late = self.late - old_late + late;
@@ -3153,8 +3223,13 @@ impl Receiver {
         self.held_senders = self.held_senders - old_held_senders + held_senders;
         self.hedge_tokens = self.hedge_tokens.saturating_sub(hedged);
         if rekey {
-            self.order.remove(&old_key);
-            self.order.insert(new_key);
+            let rank = self.rank(start_steps, priority, left);
+            if rank != old_key.0 {
+                let new_key = (rank, old_key.1, old_key.2);
+                self.order.remove(&old_key);
+                self.order.insert(new_key);
+                self.read_mut(rk).expect("synced read is live").key = new_key;
+            }
         }
         if has_cancels {
             self.cancels.push_back(rk);
@@ -4251,12 +4326,43 @@ mod tests {
         finish(&mut rx, t, g[0].0, &g[0].1);
         let g = requests(&mut rx, t);
         assert_eq!(g[0].0, p, "a higher priority goes before a shorter read");
-        // Past the aging bound the oldest read goes first, whatever its size.
-        let later = t + DEFAULT_AGING;
-        finish(&mut rx, later, g[0].0, &g[0].1);
-        let g = requests(&mut rx, later);
-        assert_eq!(g[0].0, l, "aged: oldest first");
-        assert!(rx.reads_in_order().iter().all(|r| r.1), "every read is aged");
+        rx.finish_read(p).unwrap();
+        rx.finish_read(s).unwrap();
+        // A read's bytes left count half as much per aging bound of age: `l`, 16 times (4
+        // halvings) a 64 KiB read, goes after one that starts less than 4 aging bounds after
+        // it, and before one that starts more.
+        let at = |bounds: f64| t + DEFAULT_AGING.mul_f64(bounds);
+        let s1 = rx.start_read(at(3.9), &short, &Policy::default(), 4, ReadOptions::default());
+        let s2 = rx.start_read(at(4.1), &short, &Policy::default(), 5, ReadOptions::default());
+        let g = requests(&mut rx, at(4.1));
+        assert_eq!(g[0].0, s1, "a small read that started soon enough goes first");
+        let order: Vec<ReadKey> = rx.reads_in_order().iter().map(|r| r.0).collect();
+        assert_eq!(order, [s1, l, s2]);
+        // Aged (older than the bound) is reported, and is no class of its own: the aged `l`
+        // waits behind `s1`, which is not aged.
+        let aged: Vec<bool> = rx.reads_in_order().iter().map(|r| r.1).collect();
+        assert_eq!(aged, [false, true, false]);
+    }
+
+    #[test]
+    fn without_an_aging_bound_reads_go_in_arrival_order() {
+        let cfg = ReceiverConfig::builder()
+            .adaptive(false)
+            .min_budget(MIN_CHUNK)
+            .initial_budget(MIN_CHUNK)
+            .aging(Duration::ZERO)
+            .build()
+            .unwrap();
+        let mut rx = Receiver::new(cfg);
+        let t = Instant::now();
+        let long = Stripe::fixed_block("l", &servers(1), 1 << 20).unwrap();
+        let short = Stripe::fixed_block("s", &servers(1), 4096).unwrap();
+        let l = rx.start_read(t, &long, &Policy::default(), 1, ReadOptions::default());
+        let s = rx.start_read(t, &short, &Policy::default(), 2, ReadOptions { priority: 9 });
+        let g = requests(&mut rx, t);
+        assert_eq!(g[0].0, l, "first come, first served, whatever the size or priority");
+        let order: Vec<ReadKey> = rx.reads_in_order().iter().map(|r| r.0).collect();
+        assert_eq!(order, [l, s]);
     }
 
     #[test]

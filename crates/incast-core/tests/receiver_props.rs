@@ -161,6 +161,7 @@ struct ReadModel {
     /// Confirmed ranges, start -> end.
     confirmed: BTreeMap<u64, u64>,
     started_at: Instant,
+    priority: u8,
 }
 
 struct Harness {
@@ -395,9 +396,32 @@ impl Harness {
                         aged
                     );
                 }
-                for (rk, aged, _, _) in self.rx.reads_in_order() {
-                    if self.now >= self.reads[&rk].started_at + self.aging {
+                let order = self.rx.reads_in_order();
+                for (rk, aged, _, _) in &order {
+                    if self.now >= self.reads[rk].started_at + self.aging {
                         prop_assert!(aged, "{} older than the aging bound but not aged", rk);
+                    }
+                }
+                // The aging bound: a read goes before every read of its priority that started
+                // more than the bound times log2(its bytes) after it (a few thousandths of a
+                // bound for the order's fixed point); with no bound, in arrival order.
+                for (i, (ahead, ..)) in order.iter().enumerate() {
+                    for (behind, ..) in &order[i + 1..] {
+                        let (a, b) = (&self.reads[ahead], &self.reads[behind]);
+                        let Some(lead) = a.started_at.checked_duration_since(b.started_at) else {
+                            continue;
+                        };
+                        if self.aging.is_zero() {
+                            prop_assert!(lead.is_zero(), "{behind} arrived first but is behind {ahead}");
+                        } else if a.priority == b.priority {
+                            let halvings = (b.stripe.block_len().max(1) as f64).log2();
+                            let bound = self.aging.mul_f64(halvings + 0.004);
+                            prop_assert!(
+                                lead <= bound,
+                                "{behind} ({} bytes) started {lead:?} before {ahead} but is behind it",
+                                b.stripe.block_len()
+                            );
+                        }
                     }
                 }
                 if g.kind == GrantKind::Hedge {
@@ -648,7 +672,13 @@ proptest! {
                 let key = h.rx.start_read(h.now, &stripe, &policy_of(spec), i as u64, ReadOptions { priority: spec.priority });
                 h.reads.insert(
                     key,
-                    ReadModel { stripe, chunk: spec.chunk, confirmed: BTreeMap::new(), started_at: h.now },
+                    ReadModel {
+                        stripe,
+                        chunk: spec.chunk,
+                        confirmed: BTreeMap::new(),
+                        started_at: h.now,
+                        priority: spec.priority,
+                    },
                 );
             }
         };
