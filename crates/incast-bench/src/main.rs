@@ -600,6 +600,13 @@ struct Common {
     /// their own ideal and the layout's reads' beside it. Needs --concurrency 2 or more.
     #[arg(long)]
     mix: Option<run::Mix>,
+    /// Open loop at this offered load, a share of the line rate measured in the same run
+    /// (e.g. 0.7): the measured reads arrive as a seeded Poisson process, the same arrival
+    /// times for every strategy of a round, at most --concurrency of them in flight (a read
+    /// arriving when they are waits for a place, in its latency). Every other read by
+    /// number reads the --mix shape if given. Not with --batch.
+    #[arg(long)]
+    load: Option<f64>,
     /// No progress bar.
     #[arg(long, short)]
     quiet: bool,
@@ -913,6 +920,7 @@ impl Common {
             background: self.background,
             batch: self.batch,
             mix: self.mix,
+            load: self.load,
             layouts: layouts(self)?,
             strategies,
             blocks: self.blocks,
@@ -1195,6 +1203,7 @@ fn run_demo(a: &DemoArgs) -> Result<(), CliError> {
         background: 0,
         batch: false,
         mix: None,
+        load: None,
     };
     let spec = common.spec(
         DEMO_SENDERS.to_vec(),

@@ -135,7 +135,7 @@ const CSV_FIELDS: &str =
     "strategy,layout,senders,sru_bytes,block_bytes,blocks,failed_blocks,goodput_mbps,line_rate_mbps,\
 line_rate_fraction,ideal_ms,p50_ms,p99_ms,max_ms,p99_over_ideal,kernel_rtos,blocks_with_rto,rto_free_fraction,\
 blocks_over_100ms,retransmits,hedges,grants,switch_drops,host_rtos,cc,buffer_bytes,rate_bps,elapsed_s,quic_requests,\
-quic_loss_events,quic_lost_packets,cpu_s_per_gib,concurrency,mean_ms,background_flows,background_mbps,machine_cpu_busy,hedges_won,hedges_spurious,budget_min,budget_max,delay_samples,delay_mean_us,delay_max_us,admission_wait_ms,batch,transfer_ms,hedges_denied,escalations,connections_reset,late_grants,host_syn_ack_retransmits,host_handshakes,host_rtos_warmup,host_handshakes_warmup,connections_drained,drains_reset,late_rtos,warmup_rtos_reported_late,client_rtos,client_rtos_warmup,round,host_mean_us,machine_cpu_steal,lost_retries,held_grants,mix,mix_blocks,mix_mean_ms,mix_p99_ms,mix_ideal_ms,layout_mean_ms,layout_p99_ms";
+quic_loss_events,quic_lost_packets,cpu_s_per_gib,concurrency,mean_ms,background_flows,background_mbps,machine_cpu_busy,hedges_won,hedges_spurious,budget_min,budget_max,delay_samples,delay_mean_us,delay_max_us,admission_wait_ms,batch,transfer_ms,hedges_denied,escalations,connections_reset,late_grants,host_syn_ack_retransmits,host_handshakes,host_rtos_warmup,host_handshakes_warmup,connections_drained,drains_reset,late_rtos,warmup_rtos_reported_late,client_rtos,client_rtos_warmup,round,host_mean_us,machine_cpu_steal,lost_retries,held_grants,mix,mix_blocks,mix_mean_ms,mix_p99_ms,mix_ideal_ms,layout_mean_ms,layout_p99_ms,load,arrivals_queued";
 
 /// Writes one CSV row per result (the histogram stays in the JSON).
 pub fn write_csv(path: &Path, results: &[Measurement]) -> Result<(), WriteError> {
@@ -146,7 +146,7 @@ pub fn write_csv(path: &Path, results: &[Measurement]) -> Result<(), WriteError>
     for m in results {
         writeln!(
             w,
-            "{},{},{},{},{},{},{},{:.1},{:.1},{:.4},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{:.4},{},{},{},{},{},{},{},{},{},{:.3},{},{},{},{:.3},{},{:.3},{},{:.1},{:.3},{},{},{},{},{},{:.1},{:.1},{:.3},{},{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.1},{:.3},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3}",
+            "{},{},{},{},{},{},{},{:.1},{:.1},{:.4},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{:.4},{},{},{},{},{},{},{},{},{},{:.3},{},{},{},{:.3},{},{:.3},{},{:.1},{:.3},{},{},{},{},{},{:.1},{:.1},{:.3},{},{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.1},{:.3},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.2},{}",
             m.strategy,
             m.layout,
             m.senders,
@@ -220,6 +220,8 @@ pub fn write_csv(path: &Path, results: &[Measurement]) -> Result<(), WriteError>
             m.mix_ideal_ms,
             m.layout_mean_ms,
             m.layout_p99_ms,
+            m.load,
+            m.arrivals_queued,
         )
         .map_err(&e)?;
     }
@@ -299,6 +301,15 @@ pub fn table_row(m: &Measurement) -> String {
         ),
         None => String::new(),
     };
+    // An open loop's offered load: the latency columns count from each read's arrival.
+    let open = if m.load > 0.0 {
+        format!(
+            "  (open loop at {:.2} of the line rate, {} reads waited for a place)",
+            m.load, m.arrivals_queued
+        )
+    } else {
+        String::new()
+    };
     let stolen = if m.machine_cpu_steal >= STEAL_WARNING {
         format!(
             "  (the hypervisor took {:.0}% of the CPU: this row measured the host; run it again)",
@@ -323,7 +334,7 @@ pub fn table_row(m: &Measurement) -> String {
         "-".to_owned()
     };
     format!(
-        "{:<10} {:>5} {:>3} {:>9} {:>9} {:>9.1} {:>5.1}% {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>7.2} {:>6} {:>8} {:>8} {:>7.1}% {:>6} {:>6} {:>9} {:>6} {:>6.2}s {:>4.0}% {:>4.0}% {:>7} {:>11} {:>7.2}{mixed}{failed}{stolen}",
+        "{:<10} {:>5} {:>3} {:>9} {:>9} {:>9.1} {:>5.1}% {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>7.2} {:>6} {:>8} {:>8} {:>7.1}% {:>6} {:>6} {:>9} {:>6} {:>6.2}s {:>4.0}% {:>4.0}% {:>7} {:>11} {:>7.2}{open}{mixed}{failed}{stolen}",
         m.strategy,
         m.senders,
         m.concurrency,

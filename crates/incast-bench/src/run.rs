@@ -126,6 +126,68 @@ impl std::fmt::Display for Mix {
     }
 }
 
+/// Open-loop arrivals (`sweep --load 0.7`): measured reads start at the times of a seeded
+/// Poisson process, as independent clients' requests reach a service, instead of each
+/// reader starting its next read when its last one ends. A closed loop at full speed keeps
+/// the port busy whatever the order: the faster one kind of read is served, the more of it
+/// arrives, so a policy that favours small reads is also handed more of them, and the large
+/// reads wait behind a stream that never thins. In an open loop the work offered is fixed
+/// ahead ([`Arrivals::load`] of the line rate), every strategy of a configuration's round
+/// sees the same arrival times (the same [`Arrivals::seed`]), and a read's latency counts
+/// from its arrival, including any time it waited for one of the `concurrency` places.
+/// Homa (Montazeri et al., SIGCOMM 2018) and pFabric measure scheduling this way, at a
+/// fixed share of the link.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Arrivals {
+    /// Offered load: the bytes arriving per second as a share of the line rate, in
+    /// `(0, MAX_LOAD]`.
+    pub load: f64,
+    /// Mean reads arriving per second (the load's bytes over the mean read's).
+    pub per_sec: f64,
+    /// Seed of the inter-arrival times.
+    pub seed: u64,
+}
+
+/// The most offered load `--load` takes (1.0: the line rate; past it the reads in flight
+/// fill their places and every later read waits for one, however it is scheduled).
+pub const MAX_LOAD: f64 = 1.0;
+
+/// The longest gap between two arrivals (60 s), whatever the draw: a rate near zero must not
+/// leave a run waiting past its time limits for its next read.
+const MAX_ARRIVAL_GAP: Duration = Duration::from_secs(60);
+
+impl Arrivals {
+    /// The arrivals of `load` (a share of `line_rate_mbps`) of reads of `mean_read_bytes`
+    /// on average, or why there are none: a load out of `(0, MAX_LOAD]`, or no line rate or
+    /// read size to derive a rate from.
+    pub fn at_load(load: f64, line_rate_mbps: f64, mean_read_bytes: f64, seed: u64) -> Result<Self, String> {
+        if !(load > 0.0 && load <= MAX_LOAD) {
+            return Err(format!("an offered load of {load} is not in (0, {MAX_LOAD}]"));
+        }
+        let per_sec = load * line_rate_mbps * 1e6 / 8.0 / mean_read_bytes;
+        if !(per_sec.is_finite() && per_sec > 0.0) {
+            return Err(format!(
+                "no arrival rate for a load of {load}: line rate {line_rate_mbps} Mbit/s, reads of {mean_read_bytes} bytes"
+            ));
+        }
+        Ok(Self { load, per_sec, seed })
+    }
+
+    /// The gaps between successive arrivals: exponential with mean `1 / per_sec` (a Poisson
+    /// process), each at most [`MAX_ARRIVAL_GAP`], the same sequence for the same seed.
+    pub fn gaps(self) -> impl Iterator<Item = Duration> {
+        use rand_pcg::rand_core::{Rng, SeedableRng};
+        let mut g = rand_pcg::Pcg64Mcg::seed_from_u64(self.seed);
+        std::iter::repeat_with(move || {
+            // Uniform in (0, 1]: 53 random bits, plus one so that ln() is finite.
+            let u = ((g.next_u64() >> 11) + 1) as f64 / (1u64 << 53) as f64;
+            Duration::try_from_secs_f64(-u.ln() / self.per_sec)
+                .unwrap_or(MAX_ARRIVAL_GAP)
+                .min(MAX_ARRIVAL_GAP)
+        })
+    }
+}
+
 /// The largest mixed read `--mix` takes: 1 GiB (a mixed read is held whole in memory, as
 /// every read of the bench).
 pub const MAX_MIX_BLOCK: u64 = 1 << 30;
@@ -202,8 +264,12 @@ pub struct RunSpec {
     /// Reads in batches of `concurrency` started together, the next batch when the last read
     /// of this one ends (a partition-aggregate query); else closed loop.
     pub batch: bool,
-    /// Mixed reads: every other reader reads this shape instead of `layout`'s.
+    /// Mixed reads: every other reader reads this shape instead of `layout`'s (in an open
+    /// loop, every other read by number).
     pub mix: Option<Mix>,
+    /// Open-loop arrivals of the measured reads, at most `concurrency` in flight (`None`:
+    /// closed loop, or batches with `batch`).
+    pub arrivals: Option<Arrivals>,
 }
 
 /// The result of one configuration, one JSON line.
@@ -357,6 +423,12 @@ pub struct Measurement {
     /// Whether reads came in batches of `concurrency` started together (else each reader
     /// starts its next read as its last one ends).
     pub batch: bool,
+    /// Offered load of an open loop, as a share of the line rate (`--load`; 0: a closed
+    /// loop or batches).
+    pub load: f64,
+    /// Reads of an open loop that arrived while `concurrency` reads were in flight and
+    /// waited for one to end (their wait is in their latency).
+    pub arrivals_queued: u32,
     /// The mixed reads' shape (`--mix`), e.g. "16 x 4KiB"; `None` when every read has the
     /// layout's shape. In a mixed run `blocks`, the goodput and the latency percentiles above
     /// count both kinds; the `mix_*` and `layout_*` fields split them.
@@ -700,8 +772,9 @@ pub async fn measure(
     let bulk_before = background.bytes();
     let start = Instant::now();
     let end_no = warm + u64::from(spec.blocks);
-    // One measured read: number `no`.
-    let read_one = |no: u64, mixed: bool| {
+    // One measured read: number `no`, its latency counted from `arrived` (an open loop's
+    // arrival time), else from its start.
+    let read_one = |no: u64, mixed: bool, arrived: Option<Instant>| {
         let (reader, m, bytes, sum_us, hist, first_corrupt, on_block) =
             (&reader, &m, &bytes, &sum_us, &hist, &first_corrupt, &on_block);
         let by_kind = &by_kind;
@@ -710,7 +783,7 @@ pub async fn measure(
         let host_sum_us = &host_sum_us;
         let s = stripe_of(no, mixed);
         async move {
-            let t = Instant::now();
+            let t = arrived.unwrap_or_else(Instant::now);
             let res = reader.read(if open_lengths { as_queries(&s) } else { s.clone() }).await;
             let took = t.elapsed();
             let mut m = m.borrow_mut();
@@ -788,14 +861,50 @@ pub async fn measure(
             if batch.is_empty() {
                 break;
             }
-            let reads = batch.into_iter().enumerate().map(|(j, no)| read_one(no, is_mixed(j)));
+            let reads = batch
+                .into_iter()
+                .enumerate()
+                .map(|(j, no)| read_one(no, is_mixed(j), None));
             futures_util::future::join_all(reads).await;
         }
+    } else if let Some(arrivals) = spec.arrivals {
+        // Open loop: a read arrives at each of the process's times and starts at once if
+        // fewer than R are in flight, else when one ends (see [`Arrivals`]).
+        use futures_util::StreamExt;
+        let mut in_flight = futures_util::stream::FuturesUnordered::new();
+        let mut gaps = arrivals.gaps();
+        let mut due = Instant::now();
+        let mut queued = 0u32;
+        loop {
+            // Until the next arrival, the reads in flight go on.
+            loop {
+                let until = tokio::time::Instant::from_std(due);
+                if in_flight.is_empty() {
+                    tokio::time::sleep_until(until).await;
+                    break;
+                }
+                if tokio::time::timeout_at(until, in_flight.next()).await.is_err() {
+                    break;
+                }
+            }
+            let Some(no) = take() else { break };
+            if in_flight.len() >= r {
+                queued += 1;
+                in_flight.next().await;
+            }
+            // Odd reads read the mixed shape: half of them, whatever the places.
+            let mixed = spec.mix.is_some() && Mix::reads_with(no as usize);
+            in_flight.push(read_one(no, mixed, Some(due)));
+            due += gaps.next().unwrap_or(MAX_ARRIVAL_GAP);
+        }
+        while in_flight.next().await.is_some() {}
+        let mut m = m.borrow_mut();
+        (m.load, m.arrivals_queued) = (arrivals.load, queued);
     } else {
         let (take, read_one) = (&take, &read_one);
         futures_util::future::join_all((0..r).map(|i| async move {
             while let Some(no) = take() {
-                read_one(no, is_mixed(i)).await;
+                read_one(no, is_mixed(i), None).await;
             }
         }))
         .await;
@@ -1085,6 +1194,45 @@ mod tests {
         ] {
             assert_eq!(base64(i.as_bytes()), o);
         }
+    }
+
+    #[test]
+    fn arrivals_are_a_seeded_poisson_process_at_the_load_asked() {
+        // 0.5 of 1 Gbit/s in reads of 1 MB: 62.5 reads a second.
+        let a = Arrivals::at_load(0.5, 1000.0, 1e6, 7).unwrap();
+        assert!((a.per_sec - 62.5).abs() < 1e-9, "{a:?}");
+        let gaps: Vec<Duration> = a.gaps().take(20_000).collect();
+        assert_eq!(
+            gaps,
+            a.gaps().take(20_000).collect::<Vec<_>>(),
+            "the same seed, the same times"
+        );
+        let other: Vec<Duration> = Arrivals { seed: 8, ..a }.gaps().take(100).collect();
+        assert_ne!(other, gaps[..100], "another seed, other times");
+        // Exponential gaps: mean 1/rate (16 ms), and as many under the median ln 2 / rate as
+        // over it; a fixed interval or a uniform draw fails one of the two.
+        let mean = gaps.iter().map(Duration::as_secs_f64).sum::<f64>() / gaps.len() as f64;
+        assert!((mean * 62.5 - 1.0).abs() < 0.03, "mean gap {mean}");
+        let median = std::f64::consts::LN_2 / 62.5;
+        let under = gaps.iter().filter(|g| g.as_secs_f64() < median).count();
+        assert!(
+            (under as f64 / gaps.len() as f64 - 0.5).abs() < 0.02,
+            "{under} under the median"
+        );
+        for (load, rate, bytes) in [
+            (0.0, 1000.0, 1e6),
+            (1.5, 1000.0, 1e6),
+            (f64::NAN, 1000.0, 1e6),
+            (0.5, 0.0, 1e6),
+        ] {
+            assert!(
+                Arrivals::at_load(load, rate, bytes, 1).is_err(),
+                "{load} {rate} {bytes}"
+            );
+        }
+        // A rate near zero still draws gaps no longer than the bound.
+        let slow = Arrivals::at_load(1e-6, 1e-6, 1e6, 1).unwrap();
+        assert!(slow.gaps().take(10).all(|g| g == MAX_ARRIVAL_GAP));
     }
 
     #[test]

@@ -35,6 +35,21 @@
 //! Shortest-remaining-first serves the small reads ahead of the large ones' rest; a
 //! scheduler per read (`per-read`) or none (`naive`) queues them behind the bytes already
 //! granted or sent.
+//!
+//! # Open loop
+//!
+//! Readers that start their next read as their last one ends keep the port full whatever
+//! the order, and feed a policy more of whatever it serves fastest: serve the small reads
+//! first and their readers come back sooner, so the large reads wait behind a stream that
+//! never thins. A service's requests come from many independent clients and do not wait
+//! for each other. With [`SweepSpec::load`] (`--load 0.7`) the measured reads arrive as a
+//! seeded Poisson process at that share of the line rate measured before the sweep (in
+//! bytes: the mean read's size sets the rate of reads), at most `concurrency` in flight;
+//! a read that arrives when they are waits for a place, and every read's latency counts
+//! from its arrival ([`crate::run::Arrivals`]). Every strategy of a configuration's round
+//! sees the same arrival times. With `--mix`, every other read by number is of the mixed
+//! shape. This is how Homa and pFabric compare schedulers: latency by size at a fixed
+//! load. The warm-up stays closed loop.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -48,7 +63,7 @@ use incast_rpc::{ServerConfig, SocketTuning};
 
 use crate::output::{table_header, table_row};
 use crate::pattern::HeldPattern;
-use crate::run::{measure, pooled_goodput, Layout, Measurement, Mix, Reader, RunError, RunSpec};
+use crate::run::{measure, pooled_goodput, Arrivals, Layout, Measurement, Mix, Reader, RunError, RunSpec, MAX_LOAD};
 use crate::servers::ServerSet;
 use crate::strategy::{Strategy, ROUTE_RTO_MIN};
 use crate::testbed::{host_addr, Testbed, TestbedError};
@@ -114,6 +129,9 @@ pub struct SweepSpec {
     pub batch: bool,
     /// Mixed reads: every other reader reads this shape (see *Mixed reads*).
     pub mix: Option<Mix>,
+    /// Open loop at this offered load, a share of the line rate (see *Open loop*); `None`:
+    /// closed loop, or batches.
+    pub load: Option<f64>,
     /// Block layouts.
     pub layouts: Vec<Layout>,
     /// Strategies.
@@ -394,6 +412,13 @@ pub struct SweepResult {
     pub results: Vec<Measurement>,
 }
 
+/// Bytes of the mean read of a configuration: the layout's block, or with mixed reads the
+/// mean of it and the mixed shape's (half the reads are of each).
+fn mean_read_bytes(layout: Layout, senders: usize, mix: Option<Mix>) -> f64 {
+    let block = layout.block(senders) as f64;
+    mix.map_or(block, |m| (block + m.block() as f64) / 2.0)
+}
+
 /// Runs the sweep; prints the table as results arrive.
 pub fn run(spec: SweepSpec, network: Network) -> Result<SweepResult, SweepError> {
     let max_n = spec.senders.iter().copied().max().unwrap_or(0);
@@ -406,10 +431,22 @@ pub fn run(spec: SweepSpec, network: Network) -> Result<SweepResult, SweepError>
             "nothing to run: give senders, a layout, strategies and at least one block".into(),
         ));
     }
-    if spec.mix.is_some() && spec.concurrency.contains(&1) {
+    if spec.mix.is_some() && spec.load.is_none() && spec.concurrency.contains(&1) {
         return Err(SweepError::Invalid(
-            "--mix needs --concurrency of 2 or more: every other reader reads the mixed shape".into(),
+            "--mix needs --concurrency of 2 or more, or --load: every other reader reads the mixed shape".into(),
         ));
+    }
+    if let Some(load) = spec.load {
+        if spec.batch {
+            return Err(SweepError::Invalid(
+                "--load and --batch do not go together: reads arrive one by one or in batches".into(),
+            ));
+        }
+        if !(load > 0.0 && load <= MAX_LOAD) {
+            return Err(SweepError::Invalid(format!(
+                "--load {load}: give the offered load as a share of the line rate, more than 0 and at most {MAX_LOAD}"
+            )));
+        }
     }
     if let Some(mix) = spec.mix.filter(|m| m.senders > max_n * max_r) {
         return Err(SweepError::Invalid(format!(
@@ -681,6 +718,7 @@ fn client_side(
         background: Vec::new(),
         batch: spec.batch,
         mix: spec.mix,
+        arrivals: None,
     };
     // Line rate: one sender streaming, the better of naive and default.
     bar.set_message("line rate (1 sender, 4 MiB blocks)");
@@ -750,11 +788,21 @@ fn client_side(
                     String::new()
                 };
                 bar.set_message(format!("{st} N={n} R={r} {layout}{of_rounds}"));
+                // The same arrival times for every strategy of the round.
+                let arrivals = match spec.load {
+                    None => None,
+                    Some(load) => {
+                        let seed = u64::from(round) + 1;
+                        let at = Arrivals::at_load(load, line_rate, mean_read_bytes(layout, n, spec.mix), seed);
+                        Some(at.map_err(SweepError::Invalid)?)
+                    }
+                };
                 let run = RunSpec {
                     background: bulk.clone(),
                     blocks: round_blocks,
                     min_time: spec.min_time / rounds,
                     max_time: spec.max_time / rounds,
+                    arrivals,
                     ..base(st, n, layout, r)
                 };
                 let servers = match &tls_addrs {
@@ -891,6 +939,7 @@ mod tests {
             background: 0,
             batch: false,
             mix: None,
+            load: None,
             layouts: vec![Layout::Sru(1024)],
             strategies: vec![Strategy::Naive],
             blocks: 1,
@@ -920,6 +969,39 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    #[test]
+    fn an_open_loop_takes_a_load_in_range_and_no_batches() {
+        for load in [0.0, -0.5, 1.01, f64::NAN] {
+            let spec = SweepSpec {
+                load: Some(load),
+                ..tiny_spec()
+            };
+            let e = run(spec, Network::Hosts(Vec::new())).unwrap_err();
+            assert!(
+                matches!(&e, SweepError::Invalid(m) if m.contains("more than 0 and at most 1")),
+                "{load}: {e}"
+            );
+        }
+        let batches = SweepSpec {
+            load: Some(0.5),
+            batch: true,
+            ..tiny_spec()
+        };
+        let e = run(batches, Network::Hosts(Vec::new())).unwrap_err();
+        assert!(
+            matches!(&e, SweepError::Invalid(m) if m.contains("--load and --batch")),
+            "{e}"
+        );
+        // Mixed reads alternate by number in an open loop: one place is enough.
+        let one_place = SweepSpec {
+            load: Some(0.5),
+            mix: Some(Mix { senders: 1, sru: 512 }),
+            ..tiny_spec()
+        };
+        let e = run(one_place, Network::Hosts(Vec::new())).unwrap_err();
+        assert!(!e.to_string().contains("--concurrency of 2"), "{e}");
     }
 
     #[test]

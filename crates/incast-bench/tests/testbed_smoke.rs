@@ -293,6 +293,48 @@ fn mixed_reads_are_read_whole_and_reported_by_kind() {
 }
 
 #[test]
+fn an_open_loop_offers_its_load_and_alternates_the_kinds_by_number() {
+    if !testbed_possible() {
+        return;
+    }
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let lines = sweep_json(&[
+        "--senders",
+        "8",
+        "--sru",
+        "64KiB",
+        "--mix",
+        "4x4KiB",
+        "--load",
+        "0.4",
+        "--concurrency",
+        "4",
+        "--strategies",
+        "naive,default",
+        "--blocks",
+        "40",
+        "--warmup",
+        "1",
+        "--max-time",
+        "15s",
+    ]);
+    assert_eq!(lines.len(), 3);
+    for r in &lines[1..] {
+        assert_eq!(r["failed_blocks"], 0, "{r}");
+        assert_eq!(r["load"], 0.4, "{r}");
+        // Reads arrive at 0.4 of the line rate: a closed loop would read 0.9 or more of it.
+        // 40 draws of the seeded process land within a third of their mean.
+        let f = r["line_rate_fraction"].as_f64().unwrap();
+        assert!((0.2..0.6).contains(&f), "{r}");
+        // Every other read by number is of the mixed shape, whichever ends first.
+        let (mixed, layout) = (r["mix_blocks"].as_u64().unwrap(), r["layout_blocks"].as_u64().unwrap());
+        assert_eq!(mixed + layout, 40, "{r}");
+        assert!(mixed.abs_diff(layout) <= 1, "{r}");
+    }
+    assert_nothing_left();
+}
+
+#[test]
 fn a_port_shallower_than_twice_a_hosts_bucket_gets_units_of_half_its_buffer() {
     if !testbed_possible() {
         return;
