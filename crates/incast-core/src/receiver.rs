@@ -26,26 +26,39 @@
 //!   behind it when its next grant does not fit (as a [`Scheduler`]'s queue head does), so a
 //!   large grant is never overtaken forever by small ones.
 //! - **Aging halves a read's size per aging bound.** The port orders its reads as if each
-//!   read's bytes left were halved once per [`ReceiverConfigBuilder::aging`] of its age, so
-//!   a read goes before every read of its priority that starts more than the bound times
-//!   `log2(its bytes left / theirs)` after it: a 1 MiB read before the 32 KiB reads that
-//!   start 5 bounds (500 ms at the default) or more after it, and a read of `R` bytes before
-//!   every read that starts more than `log2(R)` bounds after it (a 4 GiB read: 32). Two
-//!   reads' order does not depend on when it is asked, so the order stays sorted and only a
-//!   read's progress moves it. One level of priority is worth [`PRIORITY_AGING_BOUNDS`]
-//!   bounds of age. Until the fifty-fifth session a read older than the bound (then 50 ms)
-//!   went before every younger one, oldest first: a large read outlives the bound at any
-//!   load, so it went before every small read that came after it, and SRPT held only among
-//!   reads younger than the bound. On the testbed with half the readers reading small
-//!   stripes (`incast-bench sweep --mix`), `default`'s small reads were then 2-39 times
-//!   slower than a scheduler per read's in six configurations of seven; with this order,
-//!   faster in six of seven (1.2-2.9x), and behind in one, where 8 readers of 16 MiB wait
-//!   about a second for each other and so go first for the tail of their transfer. The
-//!   bound trades the small reads' latency for the large ones': where the small readers
-//!   keep the port busy the large reads took up to 4.4 times a scheduler per read's time
-//!   (at 50 ms a halving 2.2 times, at 250 ms 10 times), and where the small reads' 4 KiB
-//!   fragments make the 2-core testbed's CPU the limit, serving them first left the port
-//!   0.81-0.82 full (docs/measurements.md, *Fifty-fifth session*).
+//!   read's bytes left were halved once per [`ReceiverConfigBuilder::aging_bytes`] that the
+//!   port passed for the receiver's reads since the read started, so a read goes before
+//!   every read of its priority that starts after the port passed more than the bound times
+//!   `log2(its bytes left / theirs)` bytes more: at the default (12.5 MB, 100 ms of a
+//!   1 Gbit/s port) a 1 MiB read before the 32 KiB reads that start 62.5 MB later (500 ms
+//!   at 1 Gbit/s), and a read of `R` bytes before every read that starts more than
+//!   `log2(R)` bounds later (a 4 GiB read: 32). Two reads' order does not depend on when it
+//!   is asked, so the order stays sorted and only a read's progress moves it. One level of
+//!   priority is worth [`PRIORITY_AGING_BOUNDS`] bounds. Until the fifty-fifth session a
+//!   read older than the bound (then 50 ms) went before every younger one, oldest first: a
+//!   large read outlives the bound at any load, so it went before every small read that
+//!   came after it, and SRPT held only among reads younger than the bound. On the testbed
+//!   with half the readers reading small stripes (`incast-bench sweep --mix`), `default`'s
+//!   small reads were then 2-39 times slower than a scheduler per read's in six
+//!   configurations of seven; with this order, faster in six of seven (1.2-2.9x), and
+//!   behind in one, where 8 readers of 16 MiB wait about a second for each other and so go
+//!   first for the tail of their transfer. The bound trades the small reads' latency for
+//!   the large ones' where readers start their next read as soon as the last one ends:
+//!   the small readers then keep the port busy, and the large reads took up to 4.4 times a
+//!   scheduler per read's time (at 50 ms a halving 2.2 times, at 250 ms 10 times). Where
+//!   reads arrive on their own at 0.5-0.8 of the line rate (`sweep --load`), both kinds
+//!   were faster than with a scheduler per read (docs/measurements.md, *Fifty-fifth* and
+//!   *Fifty-sixth session*).
+//!
+//!   *Why bytes, not time.* Until the fifty-sixth session the bound was 100 ms. A read's
+//!   transfer takes ten times as long at 100 Mbit/s as at 1 Gbit/s, so in time the same
+//!   bound aged every read ten times faster against its own size: the tail of a 4 MiB read
+//!   was old enough to go before the small reads, which at 100 Mbit/s lost to a scheduler
+//!   per read's (37 against 28 ms in a closed loop, 161 against 131 ms at 0.8 of the line
+//!   rate). Counted in the port's bytes, the order is the same at every rate, and on a
+//!   10 Gbit/s port or loopback a large read is not held back ten times longer than at
+//!   1 Gbit/s. A port that passes nothing ages nobody, and then no read goes anyway; a
+//!   port the reads share with other traffic ages at the reads' share of it.
 //! - **A read that ends gives its share back at once.** [`Receiver::finish_read`] forgets
 //!   its grants; their bytes no longer count against the port.
 //!
@@ -1120,18 +1133,22 @@ pub const DEFAULT_TARGET_DELAY: Duration = Duration::from_micros(200);
 pub const PACING_GAIN: f64 = 1.25;
 /// Whether grants carry a pacing rate by default (see [`ReceiverConfigBuilder::pacing`]).
 pub const DEFAULT_PACING: bool = false;
-/// Default aging bound (100 ms): the age that halves a read's bytes left in the port's order
-/// (see "Aging halves a read's size per aging bound" in the module docs). Measured with
-/// mixed reads on the testbed at 50, 100, 200, 250 and 1,000 ms (docs/measurements.md,
-/// *Fifty-fifth session*): the longer, the faster the small reads and the slower the large
-/// ones where small reads keep the port busy.
-pub const DEFAULT_AGING: Duration = Duration::from_millis(100);
+/// Default aging bound (12.5 MB, 100 ms of a 1 Gbit/s port): the bytes the port passes for
+/// the receiver's reads that halve a read's bytes left in the port's order (see "Aging halves
+/// a read's size per aging bound" in the module docs). Measured in time on a 1 Gbit/s port
+/// with mixed reads at 50, 100, 200, 250 and 1,000 ms (docs/measurements.md, *Fifty-fifth
+/// session*): the longer, the faster the small reads and the slower the large ones where
+/// small reads keep the port busy.
+pub const DEFAULT_AGING_BYTES: u64 = 12_500_000;
+/// The largest aging bound (1 TiB, about 2.4 hours of a 1 Gbit/s port).
+pub const MAX_AGING_BYTES: u64 = 1 << 40;
 /// Steps of the port's order per aging bound of age, and per halving of a read's bytes left
 /// (fixed point: see "Aging halves a read's size per aging bound" in the module docs).
 const RANK_STEPS: u64 = 1024;
 /// Aging bounds of age one level of [`ReadOptions::priority`] is worth: more than the
 /// halvings between any two reads' sizes (at most 64), so a higher priority goes first
-/// unless the lower one started this many aging bounds earlier (6.4 s at the default).
+/// unless the lower one started this many aging bounds earlier (800 MB of the port's bytes
+/// at the default: 6.4 s at 1 Gbit/s).
 pub const PRIORITY_AGING_BOUNDS: u64 = 64;
 /// The largest start a read's rank takes, in steps (later starts tie with it): keeps every
 /// rank under `u64::MAX`.
@@ -1354,7 +1371,7 @@ pub struct ReceiverConfig {
     max_budget: u64,
     max_senders: u32,
     target_delay: Duration,
-    aging: Duration,
+    aging_bytes: u64,
     hedge_fraction: f64,
     hedge_burst: u64,
     adaptive: bool,
@@ -1431,9 +1448,9 @@ impl ReceiverConfig {
     pub fn max_senders(&self) -> u32 {
         self.max_senders
     }
-    /// Aging bound.
-    pub fn aging(&self) -> Duration {
-        self.aging
+    /// Aging bound: bytes the port passes per halving of a read's bytes left in its order.
+    pub fn aging_bytes(&self) -> u64 {
+        self.aging_bytes
     }
     /// Tolerated queueing delay.
     pub fn target_delay(&self) -> Duration {
@@ -1467,7 +1484,7 @@ impl Default for ReceiverConfigBuilder {
                 max_budget: DEFAULT_MAX_BUDGET,
                 max_senders: DEFAULT_PORT_MAX_SENDERS,
                 target_delay: DEFAULT_TARGET_DELAY,
-                aging: DEFAULT_AGING,
+                aging_bytes: DEFAULT_AGING_BYTES,
                 hedge_fraction: DEFAULT_PORT_HEDGE_FRACTION,
                 hedge_burst: DEFAULT_HEDGE_BURST,
                 adaptive: true,
@@ -1518,12 +1535,16 @@ impl ReceiverConfigBuilder {
         self.c.target_delay = d;
         self
     }
-    /// Age per halving of a read's bytes left in the port's order: a read goes before the
-    /// reads of its priority that start more than this times `log2(its bytes left / theirs)`
-    /// after it (see "Aging halves a read's size per aging bound" in the module docs).
-    /// Default [`DEFAULT_AGING`]; range `[0, 1 h]` (0: arrival order, no SRPT, no priority).
-    pub fn aging(mut self, d: Duration) -> Self {
-        self.c.aging = d;
+    /// Age per halving of a read's bytes left in the port's order, counted in the bytes the
+    /// port passes for the receiver's reads (duplicates included) from the read's start: a
+    /// read goes before the reads of its priority that start after the port passed more
+    /// than this times `log2(its bytes left / theirs)` bytes more (see "Aging halves a
+    /// read's size per aging bound" in the module docs). In time, the bound over the rate
+    /// the reads get: 100 ms at 1 Gbit/s for the default, 1 s at 100 Mbit/s, 10 ms at
+    /// 10 Gbit/s. Default [`DEFAULT_AGING_BYTES`]; range `[0, MAX_AGING_BYTES]` (0: arrival
+    /// order, no SRPT, no priority).
+    pub fn aging_bytes(mut self, bytes: u64) -> Self {
+        self.c.aging_bytes = bytes;
         self
     }
     /// Share of granted bytes the port may hedge. Default [`DEFAULT_PORT_HEDGE_FRACTION`];
@@ -1584,8 +1605,8 @@ impl ReceiverConfigBuilder {
         if c.target_delay < Duration::from_micros(1) || c.target_delay > Duration::from_secs(1) {
             return out("target_delay", format!("{:?}", c.target_delay), "1 us to 1 s");
         }
-        if c.aging > Duration::from_secs(3600) {
-            return out("aging", format!("{:?}", c.aging), "0 to 1 h");
+        if c.aging_bytes > MAX_AGING_BYTES {
+            return out("aging_bytes", c.aging_bytes.to_string(), "0 to 2^40");
         }
         if !(0.0..=1.0).contains(&c.hedge_fraction) {
             return out("hedge_fraction", c.hedge_fraction.to_string(), "0 to 1");
@@ -1939,10 +1960,8 @@ pub struct Receiver {
     slots: Vec<Slot>,
     free: Vec<u32>,
     order: BTreeSet<OrderKey>,
-    /// Live reads by start time, for aging.
-    arrivals: VecDeque<(Instant, ReadKey)>,
-    /// The first read's start: the origin of the reads' start steps.
-    epoch: Option<Instant>,
+    /// Live reads by start ([`Self::arrived`] then), for aging.
+    arrivals: VecDeque<(u64, ReadKey)>,
     /// Reads that may have cancels to poll.
     cancels: VecDeque<ReadKey>,
     /// Reads that may have ranges to re-request (hedges, retries): served before the order.
@@ -2090,7 +2109,6 @@ impl Receiver {
             free: Vec::new(),
             order: BTreeSet::new(),
             arrivals: VecDeque::new(),
-            epoch: None,
             cancels: VecDeque::new(),
             urgent: VecDeque::new(),
             next_seq: 0,
@@ -2179,12 +2197,11 @@ impl Receiver {
         let seq = self.next_seq;
         self.next_seq += 1;
         let block_len = stripe.block_len();
-        let epoch = *self.epoch.get_or_insert(now);
-        let start_steps = match self.config.aging.as_nanos() {
+        let start_steps = match self.config.aging_bytes {
             0 => 0,
             aging => {
-                let steps = now.saturating_duration_since(epoch).as_nanos() * u128::from(RANK_STEPS) / aging;
-                // Past about 10^15 aging bounds (at 1 ns, 12 days) later reads tie.
+                let steps = u128::from(self.arrived) * u128::from(RANK_STEPS) / u128::from(aging);
+                // Past about 10^15 aging bounds (at 1 byte, a petabyte) later reads tie.
                 u64::try_from(steps).unwrap_or(u64::MAX).min(MAX_START_STEPS)
             }
         };
@@ -2222,7 +2239,7 @@ impl Receiver {
             generation: s.generation,
         };
         self.order.insert(key);
-        self.arrivals.push_back((now, rk));
+        self.arrivals.push_back((self.arrived, rk));
         self.loss_window_start.get_or_insert(now);
         self.stats.reads += 1;
         self.debug_check();
@@ -2265,7 +2282,8 @@ impl Receiver {
     // ----- outputs -----
 
     /// The next thing to do and the read it is for, or `None` until an event or a timeout.
-    /// Cancels come first; then grants, shortest remaining read first (aged reads before).
+    /// Cancels come first; then re-requests; then grants in the port's order (shortest
+    /// remaining read first, with aging).
     pub fn poll_action(&mut self, now: Instant) -> Option<(ReadKey, Action)> {
         while let Some(&rk) = self.cancels.front() {
             match self.read_mut(rk).and_then(|r| r.sched.poll_cancel()) {
@@ -2275,7 +2293,7 @@ impl Receiver {
                 }
             }
         }
-        self.age(now);
+        self.age();
         // Re-requests replace admitted bytes: they go first, whichever read they belong to
         // (the closed gate lets nothing else through).
         while let Some(&rk) = self.urgent.front() {
@@ -3119,12 +3137,12 @@ impl Receiver {
         }
     }
 
-    /// Marks the reads that started more than the aging bound ago as aged (reported in
-    /// [`PortReport::aged`]; their place in the order moves with time by itself, see
-    /// [`Self::rank`]).
-    fn age(&mut self, now: Instant) {
+    /// Marks the reads that started more than the aging bound ago (in the port's bytes) as
+    /// aged (reported in [`PortReport::aged`]; their place in the order moves with the
+    /// port's bytes by itself, see [`Self::rank`]).
+    fn age(&mut self) {
         while let Some(&(started, rk)) = self.arrivals.front() {
-            if now < started + self.config.aging {
+            if self.arrived - started < self.config.aging_bytes {
                 break;
             }
             self.arrivals.pop_front();
@@ -3134,15 +3152,16 @@ impl Receiver {
         }
     }
 
-    /// A read's place in the port's order, smallest first: its start in steps of
-    /// [`RANK_STEPS`] per aging bound, plus the base-2 logarithm of its bytes left in steps of
-    /// [`RANK_STEPS`] per halving, plus [`PRIORITY_AGING_BOUNDS`] aging bounds per level of
-    /// priority under the highest. Each read's priority at time `t` would be its bytes left
-    /// halved once per aging bound of age: the order between two reads does not depend on
-    /// `t`, so it is kept sorted and only a read's progress moves it. With no aging bound,
-    /// every rank is 0 and the arrival number orders the reads.
+    /// A read's place in the port's order, smallest first: its start (the port's bytes
+    /// then) in steps of [`RANK_STEPS`] per aging bound, plus the base-2 logarithm of its
+    /// bytes left in steps of [`RANK_STEPS`] per halving, plus [`PRIORITY_AGING_BOUNDS`] aging
+    /// bounds per level of priority under the highest. Each read's priority once the port
+    /// passed `b` bytes would be its bytes left halved once per aging bound of `b` since its
+    /// start: the order between two reads does not depend on `b`, so it is kept sorted and
+    /// only a read's progress moves it. With no aging bound, every rank is 0 and the arrival
+    /// number orders the reads.
     fn rank(&self, start_steps: u64, priority: u8, left: u64) -> u64 {
-        if self.config.aging.is_zero() {
+        if self.config.aging_bytes == 0 {
             return 0;
         }
         let halvings = ((left.max(1) as f64).log2() * RANK_STEPS as f64) as u64;
@@ -4328,20 +4347,44 @@ mod tests {
         assert_eq!(g[0].0, p, "a higher priority goes before a shorter read");
         rx.finish_read(p).unwrap();
         rx.finish_read(s).unwrap();
-        // A read's bytes left count half as much per aging bound of age: `l`, 16 times (4
-        // halvings) a 64 KiB read, goes after one that starts less than 4 aging bounds after
-        // it, and before one that starts more.
-        let at = |bounds: f64| t + DEFAULT_AGING.mul_f64(bounds);
-        let s1 = rx.start_read(at(3.9), &short, &Policy::default(), 4, ReadOptions::default());
-        let s2 = rx.start_read(at(4.1), &short, &Policy::default(), 5, ReadOptions::default());
-        let g = requests(&mut rx, at(4.1));
-        assert_eq!(g[0].0, s1, "a small read that started soon enough goes first");
+        assert_eq!(rx.reads_in_order().iter().map(|r| r.0).collect::<Vec<_>>(), [l]);
+    }
+
+    /// A read's bytes left count half as much per aging bound of the port's bytes since its
+    /// start: a 1 MiB read, 16 times (4 halvings) a 64 KiB read, goes after one that starts
+    /// less than 4 bounds of bytes after it, and before one that starts more, though both
+    /// start at the same time.
+    #[test]
+    fn a_read_ages_by_the_bytes_the_port_passes_not_by_time() {
+        const AGING: u64 = 900;
+        let cfg = ReceiverConfig::builder()
+            .adaptive(false)
+            .min_budget(MIN_CHUNK)
+            .initial_budget(MIN_CHUNK)
+            .aging_bytes(AGING)
+            .build()
+            .unwrap();
+        let mut rx = Receiver::new(cfg);
+        let t = Instant::now();
+        let long = Stripe::fixed_block("l", &servers(1), 1 << 20).unwrap();
+        let short = Stripe::fixed_block("s", &servers(1), 64 * 1024).unwrap();
+        let l = rx.start_read(t, &long, &Policy::default(), 1, ReadOptions::default());
+        let x = rx.start_read(t, &short, &Policy::default(), 2, ReadOptions::default());
+        let g = requests(&mut rx, t);
+        assert_eq!((g.len(), g[0].0, g[0].1.len), (1, x, MIN_CHUNK));
+        // 3.9 bounds of bytes, then 4.1, at one time: the bytes set the order.
+        let later = t + Duration::from_millis(1);
+        rx.on_bytes(later, x, g[0].1.id, 39 * AGING / 10).unwrap();
+        let s1 = rx.start_read(later, &short, &Policy::default(), 4, ReadOptions::default());
+        rx.on_bytes(later, x, g[0].1.id, 2 * AGING / 10).unwrap();
+        let s2 = rx.start_read(later, &short, &Policy::default(), 5, ReadOptions::default());
+        assert!(requests(&mut rx, later).is_empty());
         let order: Vec<ReadKey> = rx.reads_in_order().iter().map(|r| r.0).collect();
-        assert_eq!(order, [s1, l, s2]);
-        // Aged (older than the bound) is reported, and is no class of its own: the aged `l`
-        // waits behind `s1`, which is not aged.
+        assert_eq!(order, [x, s1, l, s2]);
+        // Aged (the port passed a bound's bytes since the start) is reported, and is no
+        // class of its own: the aged `l` waits behind `s1`, which is not aged.
         let aged: Vec<bool> = rx.reads_in_order().iter().map(|r| r.1).collect();
-        assert_eq!(aged, [false, true, false]);
+        assert_eq!(aged, [true, false, true, false]);
     }
 
     #[test]
@@ -4350,7 +4393,7 @@ mod tests {
             .adaptive(false)
             .min_budget(MIN_CHUNK)
             .initial_budget(MIN_CHUNK)
-            .aging(Duration::ZERO)
+            .aging_bytes(0)
             .build()
             .unwrap();
         let mut rx = Receiver::new(cfg);

@@ -11,7 +11,9 @@
 //! - a grant of new bytes went to a new server only while the port had fewer than K
 //!   senders, or none;
 //! - no read that wanted a grant was ahead of the read served in the port's order (SRPT and
-//!   aging are the order), and every read older than the aging bound is aged;
+//!   aging are the order), every read older than the aging bound (in the port's bytes) is
+//!   aged, and no read is behind one of its priority that started more than the bound times
+//!   `log2` of its bytes after it;
 //! - bytes land exactly where their grant says, cancelled grants' bytes are discarded, and
 //!   per read the confirmed ranges never overlap (exactly once, hedges and retries included);
 //! - the port's outstanding bytes are the transport's, and a dropped read's share is freed
@@ -84,7 +86,7 @@ struct PortSpec {
     initial: u64,
     max: u64,
     senders: u32,
-    aging_us: u64,
+    aging_bytes: u64,
     adaptive: bool,
     burst: u64,
 }
@@ -95,16 +97,16 @@ fn port_spec() -> impl Strategy<Value = PortSpec> {
         0u64..=200_000,
         0u64..=1_000_000,
         1u32..=24,
-        0u64..=20_000,
+        0u64..=200_000,
         any::<bool>(),
         0u64..=300_000,
     )
-        .prop_map(|(min, a, b, senders, aging_us, adaptive, burst)| PortSpec {
+        .prop_map(|(min, a, b, senders, aging_bytes, adaptive, burst)| PortSpec {
             min,
             initial: min + a,
             max: min + a + b,
             senders,
-            aging_us,
+            aging_bytes,
             adaptive,
             burst,
         })
@@ -160,7 +162,10 @@ struct ReadModel {
     chunk: u64,
     /// Confirmed ranges, start -> end.
     confirmed: BTreeMap<u64, u64>,
-    started_at: Instant,
+    /// The bytes the port had passed for the receiver's reads when the read started.
+    started_at: u64,
+    /// Reads started before it.
+    seq: usize,
     priority: u8,
 }
 
@@ -170,7 +175,11 @@ struct Harness {
     live: Vec<Live>,
     dead: Vec<Live>,
     now: Instant,
-    aging: Duration,
+    /// Aging bound, in the port's bytes.
+    aging: u64,
+    /// Bytes the port passed for the reads (every byte the receiver took, duplicates
+    /// and cancelled grants' included): the clock of aging.
+    arrived: u64,
     senders_cap: u32,
     hedge_burst: u64,
     hedged: u64,
@@ -398,27 +407,28 @@ impl Harness {
                 }
                 let order = self.rx.reads_in_order();
                 for (rk, aged, _, _) in &order {
-                    if self.now >= self.reads[rk].started_at + self.aging {
+                    if self.arrived - self.reads[rk].started_at >= self.aging {
                         prop_assert!(aged, "{} older than the aging bound but not aged", rk);
                     }
                 }
                 // The aging bound: a read goes before every read of its priority that started
-                // more than the bound times log2(its bytes) after it (a few thousandths of a
-                // bound for the order's fixed point); with no bound, in arrival order.
+                // after the port passed more than the bound times log2(its bytes) bytes more
+                // (a few thousandths of a bound for the order's fixed point); with no bound, in
+                // arrival order.
                 for (i, (ahead, ..)) in order.iter().enumerate() {
                     for (behind, ..) in &order[i + 1..] {
                         let (a, b) = (&self.reads[ahead], &self.reads[behind]);
-                        let Some(lead) = a.started_at.checked_duration_since(b.started_at) else {
+                        let Some(lead) = a.started_at.checked_sub(b.started_at) else {
                             continue;
                         };
-                        if self.aging.is_zero() {
-                            prop_assert!(lead.is_zero(), "{behind} arrived first but is behind {ahead}");
+                        if self.aging == 0 {
+                            prop_assert!(a.seq < b.seq, "{behind} arrived first but is behind {ahead}");
                         } else if a.priority == b.priority {
                             let halvings = (b.stripe.block_len().max(1) as f64).log2();
-                            let bound = self.aging.mul_f64(halvings + 0.004);
+                            let bound = self.aging as f64 * (halvings + 0.004);
                             prop_assert!(
-                                lead <= bound,
-                                "{behind} ({} bytes) started {lead:?} before {ahead} but is behind it",
+                                lead as f64 <= bound,
+                                "{behind} ({} bytes) started {lead} port bytes before {ahead} but is behind it",
                                 b.stripe.block_len()
                             );
                         }
@@ -482,6 +492,7 @@ impl Harness {
         };
         let d = self.rx.on_bytes_timed(self.now, read, id, n, host);
         let d = d.map_err(|e| TestCaseError::fail(format!("bytes: {e}")))?;
+        self.arrived += n;
         if n > 0 {
             self.last_life = self.now;
             self.live[i].may_be_stuck = false;
@@ -637,7 +648,7 @@ proptest! {
             .initial_budget(port.initial)
             .max_budget(port.max)
             .max_senders(port.senders)
-            .aging(Duration::from_micros(port.aging_us))
+            .aging_bytes(port.aging_bytes)
             .adaptive(port.adaptive)
             .hedge_burst(port.burst)
             .build()
@@ -649,7 +660,8 @@ proptest! {
             live: Vec::new(),
             dead: Vec::new(),
             now: t0,
-            aging: Duration::from_micros(port.aging_us),
+            aging: port.aging_bytes,
+            arrived: 0,
             senders_cap: port.senders,
             hedge_burst: port.burst,
             hedged: 0,
@@ -662,6 +674,7 @@ proptest! {
         };
         let mut pending: Vec<(usize, &ReadSpec)> = reads.iter().enumerate().collect();
         pending.sort_by_key(|(_, s)| s.start_at_step);
+        let mut started = 0;
         let mut start_due = |h: &mut Harness, step: usize| {
             while let Some(&(i, spec)) = pending.first() {
                 if usize::from(spec.start_at_step) > step {
@@ -676,10 +689,12 @@ proptest! {
                         stripe,
                         chunk: spec.chunk,
                         confirmed: BTreeMap::new(),
-                        started_at: h.now,
+                        started_at: h.arrived,
+                        seq: started,
                         priority: spec.priority,
                     },
                 );
+                started += 1;
             }
         };
         for (step, op) in ops.iter().enumerate() {
@@ -717,6 +732,7 @@ proptest! {
                             let (read, id) = (l.read, l.id);
                             let d = h.rx.on_bytes(h.now, read, id, 1);
                             prop_assert_eq!(d, Ok(Delivery::Discard));
+                            h.arrived += 1;
                             h.last_life = h.now;
                         }
                     }

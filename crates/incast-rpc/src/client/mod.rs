@@ -298,7 +298,8 @@ impl Client {
 
     /// [`Client::fan_in_read`] with a per-read priority: under [`Sharing::Port`], a read of
     /// higher priority is served before reads of lower priority, unless they started
-    /// [`incast_core::receiver::PRIORITY_AGING_BOUNDS`] aging bounds earlier.
+    /// [`incast_core::receiver::PRIORITY_AGING_BOUNDS`] aging bounds earlier (counted in the
+    /// bytes the port passed since, see `ReceiverConfigBuilder::aging_bytes`).
     pub async fn fan_in_read_with(
         &self,
         stripe: &Stripe,
