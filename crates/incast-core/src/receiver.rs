@@ -26,39 +26,43 @@
 //!   behind it when its next grant does not fit (as a [`Scheduler`]'s queue head does), so a
 //!   large grant is never overtaken forever by small ones.
 //! - **Aging halves a read's size per aging bound.** The port orders its reads as if each
-//!   read's bytes left were halved once per [`ReceiverConfigBuilder::aging_bytes`] that the
-//!   port passed for the receiver's reads since the read started, so a read goes before
-//!   every read of its priority that starts after the port passed more than the bound times
-//!   `log2(its bytes left / theirs)` bytes more: at the default (12.5 MB, 100 ms of a
-//!   1 Gbit/s port) a 1 MiB read before the 32 KiB reads that start 62.5 MB later (500 ms
-//!   at 1 Gbit/s), and a read of `R` bytes before every read that starts more than
-//!   `log2(R)` bounds later (a 4 GiB read: 32). Two reads' order does not depend on when it
-//!   is asked, so the order stays sorted and only a read's progress moves it. One level of
-//!   priority is worth [`PRIORITY_AGING_BOUNDS`] bounds. Until the fifty-fifth session a
-//!   read older than the bound (then 50 ms) went before every younger one, oldest first: a
-//!   large read outlives the bound at any load, so it went before every small read that
-//!   came after it, and SRPT held only among reads younger than the bound. On the testbed
-//!   with half the readers reading small stripes (`incast-bench sweep --mix`), `default`'s
-//!   small reads were then 2-39 times slower than a scheduler per read's in six
-//!   configurations of seven; with this order, faster in six of seven (1.2-2.9x), and
-//!   behind in one, where 8 readers of 16 MiB wait about a second for each other and so go
-//!   first for the tail of their transfer. The bound trades the small reads' latency for
-//!   the large ones' where readers start their next read as soon as the last one ends:
-//!   the small readers then keep the port busy, and the large reads took up to 4.4 times a
-//!   scheduler per read's time (at 50 ms a halving 2.2 times, at 250 ms 10 times). Where
-//!   reads arrive on their own at 0.5-0.8 of the line rate (`sweep --load`), both kinds
-//!   were faster than with a scheduler per read (docs/measurements.md, *Fifty-fifth* and
-//!   *Fifty-sixth session*).
+//!   read's bytes left were halved once per [`ReceiverConfigBuilder::aging_bytes`] of the
+//!   port's time since the read started, counted in the bytes the port could pass in it
+//!   (time times the port's rate: the hint, else the rate it measures, see *The port's
+//!   rate*; [`Receiver::aging_clock`]). So a read goes before every read of its priority that
+//!   starts more than the bound times `log2(its bytes left / theirs)` later: at the default
+//!   (12.5 MB, 100 ms of a 1 Gbit/s port) a 1 MiB read before the 32 KiB reads that start
+//!   62.5 MB of the port's time later (500 ms at 1 Gbit/s, 5 s at 100 Mbit/s), and a read of
+//!   `R` bytes before every read that starts more than `log2(R)` bounds later (a 4 GiB
+//!   read: 32). Two reads' order does not depend on when it is asked, so the order stays
+//!   sorted and only a read's progress moves it. One level of priority is worth
+//!   [`PRIORITY_AGING_BOUNDS`] bounds. Until the fifty-fifth session a read older than the
+//!   bound (then 50 ms) went before every younger one, oldest first: a large read outlives
+//!   the bound at any load, so it went before every small read that came after it, and
+//!   SRPT held only among reads younger than the bound. On the testbed with half the
+//!   readers reading small stripes (`incast-bench sweep --mix`), `default`'s small reads
+//!   were then 2-39 times slower than a scheduler per read's in six configurations of
+//!   seven; with this order, faster in six of seven (1.2-2.9x), and behind in one, where 8
+//!   readers of 16 MiB wait about a second for each other and so go first for the tail of
+//!   their transfer. The bound trades the small reads' latency for the large ones' where
+//!   readers start their next read as soon as the last one ends: the small readers then
+//!   keep the port busy, and the large reads took up to 4.4 times a scheduler per read's
+//!   time (at 50 ms a halving 2.2 times, at 250 ms 10 times). Where reads arrive on their
+//!   own at 0.5-0.8 of the line rate (`sweep --load`), both kinds were faster than with a
+//!   scheduler per read (docs/measurements.md, *Fifty-fifth* and *Fifty-sixth session*).
 //!
-//!   *Why bytes, not time.* Until the fifty-sixth session the bound was 100 ms. A read's
-//!   transfer takes ten times as long at 100 Mbit/s as at 1 Gbit/s, so in time the same
-//!   bound aged every read ten times faster against its own size: the tail of a 4 MiB read
-//!   was old enough to go before the small reads, which at 100 Mbit/s lost to a scheduler
-//!   per read's (37 against 28 ms in a closed loop, 161 against 131 ms at 0.8 of the line
-//!   rate). Counted in the port's bytes, the order is the same at every rate, and on a
-//!   10 Gbit/s port or loopback a large read is not held back ten times longer than at
-//!   1 Gbit/s. A port that passes nothing ages nobody, and then no read goes anyway; a
-//!   port the reads share with other traffic ages at the reads' share of it.
+//!   *Why the port's time, not time.* Until the fifty-sixth session the bound was 100 ms.
+//!   A read's transfer takes ten times as long at 100 Mbit/s as at 1 Gbit/s, so in time the
+//!   same bound aged every read ten times faster against its own size: the tail of a 4 MiB
+//!   read was old enough to go before the small reads, which at 100 Mbit/s lost to a
+//!   scheduler per read's (37 against 28 ms with readers in a closed loop, 99 against 53 ms
+//!   at 0.8 of the line rate). On the port's clock the order is the same at every rate, and
+//!   on a 10 Gbit/s port or loopback a large read is not held back ten times longer than at
+//!   1 Gbit/s. Why not the bytes the reads actually received: tried first, that clock slows
+//!   where the port is under-full, as where the small reads' CPU is the limit, so the large
+//!   reads waited longer and the port filled less (16 x 64 KiB beside 8 x 4 KiB, 16
+//!   readers: the large reads 755 ms against 503, the port 0.69-0.71 full against
+//!   0.73-0.76, in two runs each).
 //! - **A read that ends gives its share back at once.** [`Receiver::finish_read`] forgets
 //!   its grants; their bytes no longer count against the port.
 //!
@@ -1133,15 +1137,19 @@ pub const DEFAULT_TARGET_DELAY: Duration = Duration::from_micros(200);
 pub const PACING_GAIN: f64 = 1.25;
 /// Whether grants carry a pacing rate by default (see [`ReceiverConfigBuilder::pacing`]).
 pub const DEFAULT_PACING: bool = false;
-/// Default aging bound (12.5 MB, 100 ms of a 1 Gbit/s port): the bytes the port passes for
-/// the receiver's reads that halve a read's bytes left in the port's order (see "Aging halves
-/// a read's size per aging bound" in the module docs). Measured in time on a 1 Gbit/s port
+/// Default aging bound (12.5 MB, 100 ms of a 1 Gbit/s port): the port's time, counted in
+/// the bytes it could pass (time times its rate), that halves a read's bytes left in the
+/// port's order (see "Aging halves a read's size per aging bound" in the module docs). Measured in time on a 1 Gbit/s port
 /// with mixed reads at 50, 100, 200, 250 and 1,000 ms (docs/measurements.md, *Fifty-fifth
 /// session*): the longer, the faster the small reads and the slower the large ones where
 /// small reads keep the port busy.
 pub const DEFAULT_AGING_BYTES: u64 = 12_500_000;
 /// The largest aging bound (1 TiB, about 2.4 hours of a 1 Gbit/s port).
 pub const MAX_AGING_BYTES: u64 = 1 << 40;
+/// The port's rate the clock of aging runs at while the receiver knows none (no hint, no
+/// sample yet): 1 Gbit/s, in bytes per second, the rate [`DEFAULT_AGING_BYTES`] was measured
+/// at.
+pub const AGING_REFERENCE_RATE: f64 = 125e6;
 /// Steps of the port's order per aging bound of age, and per halving of a read's bytes left
 /// (fixed point: see "Aging halves a read's size per aging bound" in the module docs).
 const RANK_STEPS: u64 = 1024;
@@ -1536,13 +1544,13 @@ impl ReceiverConfigBuilder {
         self
     }
     /// Age per halving of a read's bytes left in the port's order, counted in the bytes the
-    /// port passes for the receiver's reads (duplicates included) from the read's start: a
-    /// read goes before the reads of its priority that start after the port passed more
-    /// than this times `log2(its bytes left / theirs)` bytes more (see "Aging halves a
-    /// read's size per aging bound" in the module docs). In time, the bound over the rate
-    /// the reads get: 100 ms at 1 Gbit/s for the default, 1 s at 100 Mbit/s, 10 ms at
-    /// 10 Gbit/s. Default [`DEFAULT_AGING_BYTES`]; range `[0, MAX_AGING_BYTES]` (0: arrival
-    /// order, no SRPT, no priority).
+    /// port could pass since the read's start (time times the port's rate, see
+    /// [`Receiver::aging_clock`]): a read goes before the reads of its priority that start
+    /// more than this times `log2(its bytes left / theirs)` later (see "Aging halves a
+    /// read's size per aging bound" in the module docs). In time, the bound over the port's
+    /// rate: 100 ms at 1 Gbit/s for the default, 1 s at 100 Mbit/s, 10 ms at 10 Gbit/s.
+    /// Default [`DEFAULT_AGING_BYTES`]; range `[0, MAX_AGING_BYTES]` (0: arrival order, no
+    /// SRPT, no priority).
     pub fn aging_bytes(mut self, bytes: u64) -> Self {
         self.c.aging_bytes = bytes;
         self
@@ -1960,8 +1968,13 @@ pub struct Receiver {
     slots: Vec<Slot>,
     free: Vec<u32>,
     order: BTreeSet<OrderKey>,
-    /// Live reads by start ([`Self::arrived`] then), for aging.
-    arrivals: VecDeque<(u64, ReadKey)>,
+    /// Live reads by start (the clock of aging then), for aging.
+    arrivals: VecDeque<(f64, ReadKey)>,
+    /// The clock of aging: the bytes the port could have passed since the first read, time
+    /// times the port's rate (see "Aging halves a read's size per aging bound").
+    aging_clock: f64,
+    /// When the clock last moved.
+    aging_clock_at: Option<Instant>,
     /// Reads that may have cancels to poll.
     cancels: VecDeque<ReadKey>,
     /// Reads that may have ranges to re-request (hedges, retries): served before the order.
@@ -2109,6 +2122,8 @@ impl Receiver {
             free: Vec::new(),
             order: BTreeSet::new(),
             arrivals: VecDeque::new(),
+            aging_clock: 0.0,
+            aging_clock_at: None,
             cancels: VecDeque::new(),
             urgent: VecDeque::new(),
             next_seq: 0,
@@ -2197,13 +2212,12 @@ impl Receiver {
         let seq = self.next_seq;
         self.next_seq += 1;
         let block_len = stripe.block_len();
+        let clock = self.tick_aging_clock(now);
         let start_steps = match self.config.aging_bytes {
             0 => 0,
-            aging => {
-                let steps = u128::from(self.arrived) * u128::from(RANK_STEPS) / u128::from(aging);
-                // Past about 10^15 aging bounds (at 1 byte, a petabyte) later reads tie.
-                u64::try_from(steps).unwrap_or(u64::MAX).min(MAX_START_STEPS)
-            }
+            // Past 2^60 steps (at 1 byte a bound, an exabyte) later reads tie; a float past
+            // the largest u64 saturates.
+            aging => ((clock / aging as f64 * RANK_STEPS as f64) as u64).min(MAX_START_STEPS),
         };
         let key = (self.rank(start_steps, opts.priority, block_len), seq, slot);
         let s = &mut self.slots[slot as usize];
@@ -2239,7 +2253,7 @@ impl Receiver {
             generation: s.generation,
         };
         self.order.insert(key);
-        self.arrivals.push_back((self.arrived, rk));
+        self.arrivals.push_back((clock, rk));
         self.loss_window_start.get_or_insert(now);
         self.stats.reads += 1;
         self.debug_check();
@@ -2293,7 +2307,7 @@ impl Receiver {
                 }
             }
         }
-        self.age();
+        self.age(now);
         // Re-requests replace admitted bytes: they go first, whichever read they belong to
         // (the closed gate lets nothing else through).
         while let Some(&rk) = self.urgent.front() {
@@ -3137,12 +3151,38 @@ impl Receiver {
         }
     }
 
-    /// Marks the reads that started more than the aging bound ago (in the port's bytes) as
-    /// aged (reported in [`PortReport::aged`]; their place in the order moves with the
-    /// port's bytes by itself, see [`Self::rank`]).
-    fn age(&mut self) {
+    /// Moves the clock of aging to `now` at the port's rate as the receiver knows it (the
+    /// hint, else its measurement, else [`AGING_REFERENCE_RATE`]) and returns it.
+    fn tick_aging_clock(&mut self, now: Instant) -> f64 {
+        match self.aging_clock_at {
+            Some(at) if now > at => {
+                let rate = self.link_rate().filter(|r| r.is_finite() && *r > 0.0);
+                let dt = now.duration_since(at).as_secs_f64();
+                self.aging_clock += dt * rate.unwrap_or(AGING_REFERENCE_RATE);
+                self.aging_clock_at = Some(now);
+            }
+            Some(_) => {}
+            None => self.aging_clock_at = Some(now),
+        }
+        self.aging_clock
+    }
+
+    /// The clock of aging: the bytes the port could have passed since the receiver's first
+    /// read, time times the port's rate as the receiver knew it along the way (see "Aging
+    /// halves a read's size per aging bound" in the module docs). A read goes before the
+    /// reads of its priority that start when this is more than the aging bound times
+    /// `log2(its bytes left / theirs)` past its own start.
+    pub fn aging_clock(&self) -> f64 {
+        self.aging_clock
+    }
+
+    /// Marks the reads that started more than the aging bound ago (on the clock of aging)
+    /// as aged (reported in [`PortReport::aged`]; their place in the order moves with the
+    /// clock by itself, see [`Self::rank`]).
+    fn age(&mut self, now: Instant) {
+        let clock = self.tick_aging_clock(now);
         while let Some(&(started, rk)) = self.arrivals.front() {
-            if self.arrived - started < self.config.aging_bytes {
+            if clock - started < self.config.aging_bytes as f64 {
                 break;
             }
             self.arrivals.pop_front();
@@ -3800,6 +3840,18 @@ mod tests {
             .collect()
     }
 
+    /// A fixed budget of the smallest chunk (one grant at a time), aging by `aging_bytes`.
+    fn one_grant_at_a_time(aging_bytes: u64) -> Receiver {
+        let cfg = ReceiverConfig::builder()
+            .adaptive(false)
+            .min_budget(MIN_CHUNK)
+            .initial_budget(MIN_CHUNK)
+            .aging_bytes(aging_bytes)
+            .build()
+            .unwrap();
+        Receiver::new(cfg)
+    }
+
     fn finish(rx: &mut Receiver, now: Instant, k: ReadKey, g: &crate::Grant) {
         rx.on_bytes(now, k, g.id, g.len).unwrap();
         rx.on_done(now, k, g.id).unwrap();
@@ -4275,13 +4327,7 @@ mod tests {
 
     #[test]
     fn the_report_splits_admission_wait_from_transfer() {
-        let cfg = ReceiverConfig::builder()
-            .adaptive(false)
-            .min_budget(MIN_CHUNK)
-            .initial_budget(MIN_CHUNK)
-            .build()
-            .unwrap();
-        let mut rx = Receiver::new(cfg);
+        let mut rx = one_grant_at_a_time(DEFAULT_AGING_BYTES);
         let t = Instant::now();
         let stripe = Stripe::fixed_block("x", &servers(1), MIN_CHUNK).unwrap();
         let a = rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
@@ -4325,14 +4371,7 @@ mod tests {
 
     #[test]
     fn shortest_remaining_first_then_priority_then_aging() {
-        // A budget of the smallest chunk: one grant at a time.
-        let cfg = ReceiverConfig::builder()
-            .adaptive(false)
-            .min_budget(MIN_CHUNK)
-            .initial_budget(MIN_CHUNK)
-            .build()
-            .unwrap();
-        let mut rx = Receiver::new(cfg);
+        let mut rx = one_grant_at_a_time(DEFAULT_AGING_BYTES);
         let t = Instant::now();
         let long = Stripe::fixed_block("l", &servers(1), 1 << 20).unwrap();
         let short = Stripe::fixed_block("s", &servers(1), 64 * 1024).unwrap();
@@ -4350,53 +4389,54 @@ mod tests {
         assert_eq!(rx.reads_in_order().iter().map(|r| r.0).collect::<Vec<_>>(), [l]);
     }
 
-    /// A read's bytes left count half as much per aging bound of the port's bytes since its
-    /// start: a 1 MiB read, 16 times (4 halvings) a 64 KiB read, goes after one that starts
-    /// less than 4 bounds of bytes after it, and before one that starts more, though both
-    /// start at the same time.
+    /// A read's bytes left count half as much per aging bound of the port's time, counted in
+    /// the bytes the port could pass (time times its rate): a 1 MiB read, 16 times (4
+    /// halvings) a 64 KiB read, goes after one that starts less than 4 bounds after it, and
+    /// before one that starts more. The same times on a port ten times slower are a tenth of
+    /// the bounds: both small reads go first.
     #[test]
-    fn a_read_ages_by_the_bytes_the_port_passes_not_by_time() {
-        const AGING: u64 = 900;
-        let cfg = ReceiverConfig::builder()
-            .adaptive(false)
-            .min_budget(MIN_CHUNK)
-            .initial_budget(MIN_CHUNK)
-            .aging_bytes(AGING)
-            .build()
-            .unwrap();
-        let mut rx = Receiver::new(cfg);
-        let t = Instant::now();
-        let long = Stripe::fixed_block("l", &servers(1), 1 << 20).unwrap();
-        let short = Stripe::fixed_block("s", &servers(1), 64 * 1024).unwrap();
-        let l = rx.start_read(t, &long, &Policy::default(), 1, ReadOptions::default());
-        let x = rx.start_read(t, &short, &Policy::default(), 2, ReadOptions::default());
-        let g = requests(&mut rx, t);
-        assert_eq!((g.len(), g[0].0, g[0].1.len), (1, x, MIN_CHUNK));
-        // 3.9 bounds of bytes, then 4.1, at one time: the bytes set the order.
-        let later = t + Duration::from_millis(1);
-        rx.on_bytes(later, x, g[0].1.id, 39 * AGING / 10).unwrap();
-        let s1 = rx.start_read(later, &short, &Policy::default(), 4, ReadOptions::default());
-        rx.on_bytes(later, x, g[0].1.id, 2 * AGING / 10).unwrap();
-        let s2 = rx.start_read(later, &short, &Policy::default(), 5, ReadOptions::default());
-        assert!(requests(&mut rx, later).is_empty());
-        let order: Vec<ReadKey> = rx.reads_in_order().iter().map(|r| r.0).collect();
-        assert_eq!(order, [x, s1, l, s2]);
-        // Aged (the port passed a bound's bytes since the start) is reported, and is no
-        // class of its own: the aged `l` waits behind `s1`, which is not aged.
-        let aged: Vec<bool> = rx.reads_in_order().iter().map(|r| r.1).collect();
-        assert_eq!(aged, [true, false, true, false]);
+    fn a_read_ages_by_the_ports_time_times_its_rate() {
+        const AGING: u64 = 1000;
+        for (bps, order_of, aged) in [
+            (80_000_000_000, [0, 2, 1, 3], [true, false, true, false]),
+            (8_000_000_000, [0, 2, 3, 1], [false; 4]),
+        ] {
+            let cfg = ReceiverConfig::builder()
+                .adaptive(false)
+                .min_budget(MIN_CHUNK)
+                .initial_budget(MIN_CHUNK)
+                .aging_bytes(AGING)
+                .port_rate_bps(Some(bps))
+                .build()
+                .unwrap();
+            let mut rx = Receiver::new(cfg);
+            let t = Instant::now();
+            let long = Stripe::fixed_block("l", &servers(1), 1 << 20).unwrap();
+            let short = Stripe::fixed_block("s", &servers(1), 64 * 1024).unwrap();
+            let l = rx.start_read(t, &long, &Policy::default(), 1, ReadOptions::default());
+            let x = rx.start_read(t, &short, &Policy::default(), 2, ReadOptions::default());
+            let g = requests(&mut rx, t);
+            assert_eq!((g.len(), g[0].0), (1, x), "one grant at a time");
+            // 3.9 and 4.1 bounds at 80 Gbit/s (10^10 bytes a second, 1,000 bytes a bound).
+            let s1 = rx.start_read(t + Duration::from_nanos(390), &short, &Policy::default(), 3, ReadOptions::default());
+            let at = t + Duration::from_nanos(410);
+            let s2 = rx.start_read(at, &short, &Policy::default(), 4, ReadOptions::default());
+            assert!(requests(&mut rx, at).is_empty());
+            let keys = [x, l, s1, s2];
+            let order: Vec<ReadKey> = rx.reads_in_order().iter().map(|r| r.0).collect();
+            assert_eq!(order, order_of.map(|i| keys[i]), "{bps} bit/s");
+            // Aged (a bound's time since the start) is reported, and is no class of its own:
+            // the aged `l` waits behind `s1`, which is not aged.
+            let was_aged: Vec<bool> = rx.reads_in_order().iter().map(|r| r.1).collect();
+            assert_eq!(was_aged, aged, "{bps} bit/s");
+            let clock = rx.aging_clock();
+            assert!((clock - 410e-9 * bps as f64 / 8.0).abs() < 1.0, "{clock}");
+        }
     }
 
     #[test]
     fn without_an_aging_bound_reads_go_in_arrival_order() {
-        let cfg = ReceiverConfig::builder()
-            .adaptive(false)
-            .min_budget(MIN_CHUNK)
-            .initial_budget(MIN_CHUNK)
-            .aging_bytes(0)
-            .build()
-            .unwrap();
-        let mut rx = Receiver::new(cfg);
+        let mut rx = one_grant_at_a_time(0);
         let t = Instant::now();
         let long = Stripe::fixed_block("l", &servers(1), 1 << 20).unwrap();
         let short = Stripe::fixed_block("s", &servers(1), 4096).unwrap();

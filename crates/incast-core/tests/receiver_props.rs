@@ -11,9 +11,9 @@
 //! - a grant of new bytes went to a new server only while the port had fewer than K
 //!   senders, or none;
 //! - no read that wanted a grant was ahead of the read served in the port's order (SRPT and
-//!   aging are the order), every read older than the aging bound (in the port's bytes) is
-//!   aged, and no read is behind one of its priority that started more than the bound times
-//!   `log2` of its bytes after it;
+//!   aging are the order), the clock of aging (time times the port's rate) never goes back,
+//!   every read older than the aging bound on that clock is aged, and no read is behind one
+//!   of its priority that started more than the bound times `log2` of its bytes after it;
 //! - bytes land exactly where their grant says, cancelled grants' bytes are discarded, and
 //!   per read the confirmed ranges never overlap (exactly once, hedges and retries included);
 //! - the port's outstanding bytes are the transport's, and a dropped read's share is freed
@@ -162,8 +162,8 @@ struct ReadModel {
     chunk: u64,
     /// Confirmed ranges, start -> end.
     confirmed: BTreeMap<u64, u64>,
-    /// The bytes the port had passed for the receiver's reads when the read started.
-    started_at: u64,
+    /// The receiver's clock of aging when the read started.
+    started_at: f64,
     /// Reads started before it.
     seq: usize,
     priority: u8,
@@ -175,11 +175,10 @@ struct Harness {
     live: Vec<Live>,
     dead: Vec<Live>,
     now: Instant,
-    /// Aging bound, in the port's bytes.
+    /// Aging bound, in the port's bytes (time times its rate).
     aging: u64,
-    /// Bytes the port passed for the reads (every byte the receiver took, duplicates
-    /// and cancelled grants' included): the clock of aging.
-    arrived: u64,
+    /// The clock of aging as last seen: it never goes back.
+    clock: f64,
     senders_cap: u32,
     hedge_burst: u64,
     hedged: u64,
@@ -251,6 +250,9 @@ impl Harness {
         self.rx
             .check_invariants()
             .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let clock = self.rx.aging_clock();
+        prop_assert!(clock.is_finite() && clock >= self.clock, "the clock of aging went from {} to {clock}", self.clock);
+        self.clock = clock;
         let may_be_stuck: u64 = self
             .live
             .iter()
@@ -407,27 +409,25 @@ impl Harness {
                 }
                 let order = self.rx.reads_in_order();
                 for (rk, aged, _, _) in &order {
-                    if self.arrived - self.reads[rk].started_at >= self.aging {
+                    if self.rx.aging_clock() - self.reads[rk].started_at >= self.aging as f64 {
                         prop_assert!(aged, "{} older than the aging bound but not aged", rk);
                     }
                 }
                 // The aging bound: a read goes before every read of its priority that started
-                // after the port passed more than the bound times log2(its bytes) bytes more
-                // (a few thousandths of a bound for the order's fixed point); with no bound, in
+                // more than the bound times log2(its bytes) later on the clock of aging (a few
+                // thousandths of a bound for the order's fixed point); with no bound, in
                 // arrival order.
                 for (i, (ahead, ..)) in order.iter().enumerate() {
                     for (behind, ..) in &order[i + 1..] {
                         let (a, b) = (&self.reads[ahead], &self.reads[behind]);
-                        let Some(lead) = a.started_at.checked_sub(b.started_at) else {
-                            continue;
-                        };
+                        let lead = a.started_at - b.started_at;
                         if self.aging == 0 {
                             prop_assert!(a.seq < b.seq, "{behind} arrived first but is behind {ahead}");
                         } else if a.priority == b.priority {
                             let halvings = (b.stripe.block_len().max(1) as f64).log2();
                             let bound = self.aging as f64 * (halvings + 0.004);
                             prop_assert!(
-                                lead as f64 <= bound,
+                                lead <= bound,
                                 "{behind} ({} bytes) started {lead} port bytes before {ahead} but is behind it",
                                 b.stripe.block_len()
                             );
@@ -492,7 +492,6 @@ impl Harness {
         };
         let d = self.rx.on_bytes_timed(self.now, read, id, n, host);
         let d = d.map_err(|e| TestCaseError::fail(format!("bytes: {e}")))?;
-        self.arrived += n;
         if n > 0 {
             self.last_life = self.now;
             self.live[i].may_be_stuck = false;
@@ -661,7 +660,7 @@ proptest! {
             dead: Vec::new(),
             now: t0,
             aging: port.aging_bytes,
-            arrived: 0,
+            clock: 0.0,
             senders_cap: port.senders,
             hedge_burst: port.burst,
             hedged: 0,
@@ -689,7 +688,7 @@ proptest! {
                         stripe,
                         chunk: spec.chunk,
                         confirmed: BTreeMap::new(),
-                        started_at: h.arrived,
+                        started_at: h.rx.aging_clock(),
                         seq: started,
                         priority: spec.priority,
                     },
@@ -732,7 +731,6 @@ proptest! {
                             let (read, id) = (l.read, l.id);
                             let d = h.rx.on_bytes(h.now, read, id, 1);
                             prop_assert_eq!(d, Ok(Delivery::Discard));
-                            h.arrived += 1;
                             h.last_life = h.now;
                         }
                     }
