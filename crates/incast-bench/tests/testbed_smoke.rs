@@ -244,13 +244,10 @@ fn background_flows_share_the_port_with_the_reads() {
     assert_nothing_left();
 }
 
-#[test]
-fn mixed_reads_are_read_whole_and_reported_by_kind() {
-    if !testbed_possible() {
-        return;
-    }
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let lines = sweep_json(&[
+/// The sweep's lines for 40 blocks of 8 x 64 KiB beside 4 x 4 KiB, 4 at once, `naive` and
+/// `default`, with `extra` options: the line rate's, then one per strategy.
+fn mixed_sweep(extra: &[&str]) -> Vec<serde_json::Value> {
+    let mut args = vec![
         "--senders",
         "8",
         "--sru",
@@ -267,8 +264,20 @@ fn mixed_reads_are_read_whole_and_reported_by_kind() {
         "1",
         "--max-time",
         "15s",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    let lines = sweep_json(&args);
     assert_eq!(lines.len(), 3);
+    lines
+}
+
+#[test]
+fn mixed_reads_are_read_whole_and_reported_by_kind() {
+    if !testbed_possible() {
+        return;
+    }
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let lines = mixed_sweep(&[]);
     let line_rate = lines[0]["line_rate_mbps"].as_f64().unwrap();
     for r in &lines[1..] {
         assert_eq!(r["failed_blocks"], 0, "{r}");
@@ -298,27 +307,7 @@ fn an_open_loop_offers_its_load_and_alternates_the_kinds_by_number() {
         return;
     }
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let lines = sweep_json(&[
-        "--senders",
-        "8",
-        "--sru",
-        "64KiB",
-        "--mix",
-        "4x4KiB",
-        "--load",
-        "0.4",
-        "--concurrency",
-        "4",
-        "--strategies",
-        "naive,default",
-        "--blocks",
-        "40",
-        "--warmup",
-        "1",
-        "--max-time",
-        "15s",
-    ]);
-    assert_eq!(lines.len(), 3);
+    let lines = mixed_sweep(&["--load", "0.4"]);
     for r in &lines[1..] {
         assert_eq!(r["failed_blocks"], 0, "{r}");
         assert_eq!(r["load"], 0.4, "{r}");
