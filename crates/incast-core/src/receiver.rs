@@ -4418,7 +4418,13 @@ mod tests {
             let g = requests(&mut rx, t);
             assert_eq!((g.len(), g[0].0), (1, x), "one grant at a time");
             // 3.9 and 4.1 bounds at 80 Gbit/s (10^10 bytes a second, 1,000 bytes a bound).
-            let s1 = rx.start_read(t + Duration::from_nanos(390), &short, &Policy::default(), 3, ReadOptions::default());
+            let s1 = rx.start_read(
+                t + Duration::from_nanos(390),
+                &short,
+                &Policy::default(),
+                3,
+                ReadOptions::default(),
+            );
             let at = t + Duration::from_nanos(410);
             let s2 = rx.start_read(at, &short, &Policy::default(), 4, ReadOptions::default());
             assert!(requests(&mut rx, at).is_empty());

@@ -251,7 +251,11 @@ impl Harness {
             .check_invariants()
             .map_err(|e| TestCaseError::fail(e.to_string()))?;
         let clock = self.rx.aging_clock();
-        prop_assert!(clock.is_finite() && clock >= self.clock, "the clock of aging went from {} to {clock}", self.clock);
+        prop_assert!(
+            clock.is_finite() && clock >= self.clock,
+            "the clock of aging went from {} to {clock}",
+            self.clock
+        );
         self.clock = clock;
         let may_be_stuck: u64 = self
             .live
