@@ -1139,10 +1139,10 @@ pub const PACING_GAIN: f64 = 1.25;
 pub const DEFAULT_PACING: bool = false;
 /// Default aging bound (12.5 MB, 100 ms of a 1 Gbit/s port): the port's time, counted in
 /// the bytes it could pass (time times its rate), that halves a read's bytes left in the
-/// port's order (see "Aging halves a read's size per aging bound" in the module docs). Measured in time on a 1 Gbit/s port
-/// with mixed reads at 50, 100, 200, 250 and 1,000 ms (docs/measurements.md, *Fifty-fifth
-/// session*): the longer, the faster the small reads and the slower the large ones where
-/// small reads keep the port busy.
+/// port's order (see "Aging halves a read's size per aging bound" in the module docs).
+/// Measured in time on a 1 Gbit/s port with mixed reads at 50, 100, 200, 250 and 1,000 ms
+/// (docs/measurements.md, *Fifty-fifth session*): the longer, the faster the small reads
+/// and the slower the large ones where small reads keep the port busy.
 pub const DEFAULT_AGING_BYTES: u64 = 12_500_000;
 /// The largest aging bound (1 TiB, about 2.4 hours of a 1 Gbit/s port).
 pub const MAX_AGING_BYTES: u64 = 1 << 40;
@@ -1155,7 +1155,7 @@ pub const AGING_REFERENCE_RATE: f64 = 125e6;
 const RANK_STEPS: u64 = 1024;
 /// Aging bounds of age one level of [`ReadOptions::priority`] is worth: more than the
 /// halvings between any two reads' sizes (at most 64), so a higher priority goes first
-/// unless the lower one started this many aging bounds earlier (800 MB of the port's bytes
+/// unless the lower one started this many aging bounds earlier (800 MB of the port's time
 /// at the default: 6.4 s at 1 Gbit/s).
 pub const PRIORITY_AGING_BOUNDS: u64 = 64;
 /// The largest start a read's rank takes, in steps (later starts tie with it): keeps every
@@ -1456,7 +1456,8 @@ impl ReceiverConfig {
     pub fn max_senders(&self) -> u32 {
         self.max_senders
     }
-    /// Aging bound: bytes the port passes per halving of a read's bytes left in its order.
+    /// Aging bound: the port's time, in the bytes it could pass, per halving of a read's
+    /// bytes left in its order.
     pub fn aging_bytes(&self) -> u64 {
         self.aging_bytes
     }
@@ -2215,8 +2216,8 @@ impl Receiver {
         let clock = self.tick_aging_clock(now);
         let start_steps = match self.config.aging_bytes {
             0 => 0,
-            // Past 2^60 steps (at 1 byte a bound, an exabyte) later reads tie; a float past
-            // the largest u64 saturates.
+            // Past 2^60 steps (2^50 bounds: at 1 byte a bound, a petabyte) later reads tie;
+            // a float past the largest u64 saturates.
             aging => ((clock / aging as f64 * RANK_STEPS as f64) as u64).min(MAX_START_STEPS),
         };
         let key = (self.rank(start_steps, opts.priority, block_len), seq, slot);
@@ -3192,14 +3193,14 @@ impl Receiver {
         }
     }
 
-    /// A read's place in the port's order, smallest first: its start (the port's bytes
+    /// A read's place in the port's order, smallest first: its start (the clock of aging
     /// then) in steps of [`RANK_STEPS`] per aging bound, plus the base-2 logarithm of its
     /// bytes left in steps of [`RANK_STEPS`] per halving, plus [`PRIORITY_AGING_BOUNDS`] aging
-    /// bounds per level of priority under the highest. Each read's priority once the port
-    /// passed `b` bytes would be its bytes left halved once per aging bound of `b` since its
-    /// start: the order between two reads does not depend on `b`, so it is kept sorted and
-    /// only a read's progress moves it. With no aging bound, every rank is 0 and the arrival
-    /// number orders the reads.
+    /// bounds per level of priority under the highest. Each read's priority when the clock
+    /// reads `c` would be its bytes left halved once per aging bound of `c` past its start:
+    /// the order between two reads does not depend on `c`, so it is kept sorted and only a
+    /// read's progress moves it. With no aging bound, every rank is 0 and the arrival number
+    /// orders the reads.
     fn rank(&self, start_steps: u64, priority: u8, left: u64) -> u64 {
         if self.config.aging_bytes == 0 {
             return 0;
@@ -3840,13 +3841,15 @@ mod tests {
             .collect()
     }
 
-    /// A fixed budget of the smallest chunk (one grant at a time), aging by `aging_bytes`.
-    fn one_grant_at_a_time(aging_bytes: u64) -> Receiver {
+    /// A fixed budget of the smallest chunk (one grant at a time), aging by `aging_bytes`, on
+    /// a port of `rate_bps` if given.
+    fn one_grant_at_a_time(aging_bytes: u64, rate_bps: Option<u64>) -> Receiver {
         let cfg = ReceiverConfig::builder()
             .adaptive(false)
             .min_budget(MIN_CHUNK)
             .initial_budget(MIN_CHUNK)
             .aging_bytes(aging_bytes)
+            .port_rate_bps(rate_bps)
             .build()
             .unwrap();
         Receiver::new(cfg)
@@ -4327,7 +4330,7 @@ mod tests {
 
     #[test]
     fn the_report_splits_admission_wait_from_transfer() {
-        let mut rx = one_grant_at_a_time(DEFAULT_AGING_BYTES);
+        let mut rx = one_grant_at_a_time(DEFAULT_AGING_BYTES, None);
         let t = Instant::now();
         let stripe = Stripe::fixed_block("x", &servers(1), MIN_CHUNK).unwrap();
         let a = rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
@@ -4371,7 +4374,7 @@ mod tests {
 
     #[test]
     fn shortest_remaining_first_then_priority_then_aging() {
-        let mut rx = one_grant_at_a_time(DEFAULT_AGING_BYTES);
+        let mut rx = one_grant_at_a_time(DEFAULT_AGING_BYTES, None);
         let t = Instant::now();
         let long = Stripe::fixed_block("l", &servers(1), 1 << 20).unwrap();
         let short = Stripe::fixed_block("s", &servers(1), 64 * 1024).unwrap();
@@ -4401,15 +4404,7 @@ mod tests {
             (80_000_000_000, [0, 2, 1, 3], [true, false, true, false]),
             (8_000_000_000, [0, 2, 3, 1], [false; 4]),
         ] {
-            let cfg = ReceiverConfig::builder()
-                .adaptive(false)
-                .min_budget(MIN_CHUNK)
-                .initial_budget(MIN_CHUNK)
-                .aging_bytes(AGING)
-                .port_rate_bps(Some(bps))
-                .build()
-                .unwrap();
-            let mut rx = Receiver::new(cfg);
+            let mut rx = one_grant_at_a_time(AGING, Some(bps));
             let t = Instant::now();
             let long = Stripe::fixed_block("l", &servers(1), 1 << 20).unwrap();
             let short = Stripe::fixed_block("s", &servers(1), 64 * 1024).unwrap();
@@ -4442,7 +4437,7 @@ mod tests {
 
     #[test]
     fn without_an_aging_bound_reads_go_in_arrival_order() {
-        let mut rx = one_grant_at_a_time(0);
+        let mut rx = one_grant_at_a_time(0, None);
         let t = Instant::now();
         let long = Stripe::fixed_block("l", &servers(1), 1 << 20).unwrap();
         let short = Stripe::fixed_block("s", &servers(1), 4096).unwrap();
