@@ -31,7 +31,7 @@ use incast_rpc::Client;
 
 use crate::pattern;
 use crate::reference::BlockingClient;
-use crate::strategy::Strategy;
+use crate::strategy::{Strategy, Trust};
 
 /// How a block is laid out over the senders.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -581,8 +581,10 @@ impl Reader {
                 spec.rate_hint,
                 spec.read_timeout,
                 &spec.cc,
-                spec.quic.as_ref(),
-                spec.tls.as_ref(),
+                Trust {
+                    quic: spec.quic.as_ref(),
+                    tls: spec.tls.as_ref(),
+                },
             )
             .map_err(|why| RunError::Plan {
                 strategy: spec.strategy,

@@ -78,6 +78,16 @@ pub enum Strategy {
     Blocking,
 }
 
+/// The transport settings a strategy's client may need beyond plaintext TCP: QUIC's trust
+/// and tuning, TLS's trust and identity (see [`Strategy::plan`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Trust<'a> {
+    /// For `quic` and `fallback`.
+    pub quic: Option<&'a QuicClientConfig>,
+    /// For `tls`.
+    pub tls: Option<&'a TlsClientConfig>,
+}
+
 impl Strategy {
     /// Every strategy, in table order.
     pub const ALL: [Strategy; 16] = [
@@ -145,8 +155,8 @@ impl Strategy {
     /// `buffer` bytes (used by `capped` and `hinted`) at `rate_bps` bits per second (used by
     /// `hinted`, which is an error without it). Every strategy sets the congestion control
     /// `cc` on its sockets and nothing else beyond what the table says. The QUIC strategies
-    /// take their trust and tuning from `quic`, `tls` its trust and identity from `tls`;
-    /// `None` for them is an error.
+    /// take their trust and tuning from `trust.quic`, `tls` its trust and identity from
+    /// `trust.tls`; `None` for them is an error.
     pub fn plan(
         self,
         senders: usize,
@@ -154,9 +164,9 @@ impl Strategy {
         rate_bps: Option<u64>,
         read_timeout: Duration,
         cc: &str,
-        quic: Option<&QuicClientConfig>,
-        tls: Option<&TlsClientConfig>,
+        trust: Trust<'_>,
     ) -> Result<(Policy, ClientConfig), String> {
+        let Trust { quic, tls } = trust;
         let plain = || {
             ClientConfig::builder()
                 .tuning(SocketTuning {
@@ -272,7 +282,7 @@ mod tests {
         }
         assert!("tcp".parse::<Strategy>().unwrap_err().contains("naive"));
         let t = Duration::from_secs(1);
-        let plan = |s: Strategy| s.plan(8, 32 << 10, None, t, "cubic", None, None);
+        let plan = |s: Strategy| s.plan(8, 32 << 10, None, t, "cubic", Trust::default());
         let (naive, _) = plan(Strategy::Naive).unwrap();
         let (capped, _) = plan(Strategy::Capped).unwrap();
         assert_eq!(naive.window_cap_bytes(), None);
@@ -288,7 +298,7 @@ mod tests {
         // `hinted` needs the port's rate, and starts from the model's budget for it.
         assert!(plan(Strategy::Hinted).unwrap_err().contains("port's rate"));
         let (hinted, config) = Strategy::Hinted
-            .plan(8, 32 << 10, Some(1_000_000_000), t, "cubic", None, None)
+            .plan(8, 32 << 10, Some(1_000_000_000), t, "cubic", Trust::default())
             .unwrap();
         assert_eq!(hinted, Policy::default());
         assert_eq!(config.sharing(), Sharing::Port);
@@ -317,16 +327,46 @@ mod tests {
             .build()
             .unwrap();
         let (_, config) = Strategy::Tls
-            .plan(8, 32 << 10, None, t, "cubic", None, Some(&tls))
+            .plan(
+                8,
+                32 << 10,
+                None,
+                t,
+                "cubic",
+                Trust {
+                    quic: None,
+                    tls: Some(&tls),
+                },
+            )
             .unwrap();
         assert!(config.tls().is_some());
         assert_eq!(config.sharing(), Sharing::Port);
         let (_, config) = Strategy::Quic
-            .plan(8, 32 << 10, None, t, "cubic", Some(&q), None)
+            .plan(
+                8,
+                32 << 10,
+                None,
+                t,
+                "cubic",
+                Trust {
+                    quic: Some(&q),
+                    tls: None,
+                },
+            )
             .unwrap();
         assert_eq!(config.transport(), Transport::Quic);
         let (_, config) = Strategy::Fallback
-            .plan(8, 32 << 10, None, t, "cubic", Some(&q), None)
+            .plan(
+                8,
+                32 << 10,
+                None,
+                t,
+                "cubic",
+                Trust {
+                    quic: Some(&q),
+                    tls: None,
+                },
+            )
             .unwrap();
         assert_eq!(config.transport(), Transport::TcpWithQuicFallback);
     }
