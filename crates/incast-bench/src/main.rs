@@ -600,13 +600,14 @@ struct Common {
     /// their own ideal and the layout's reads' beside it. Needs --concurrency 2 or more.
     #[arg(long)]
     mix: Option<run::Mix>,
-    /// Open loop at this offered load, a share of the line rate measured in the same run
-    /// (e.g. 0.7): the measured reads arrive as a seeded Poisson process, the same arrival
-    /// times for every strategy of a round, at most --concurrency of them in flight (a read
-    /// arriving when they are waits for a place, in its latency). Every other read by
-    /// number reads the --mix shape if given. Not with --batch.
-    #[arg(long)]
-    load: Option<f64>,
+    /// Open loop at these offered loads, shares of the line rate measured in the same run,
+    /// comma-separated (e.g. 0.7, or 0.2,0.5,0.8 for a load curve; each load a
+    /// configuration of its own): the measured reads arrive as a seeded Poisson process,
+    /// the same arrival times for every strategy of a round, at most --concurrency of them
+    /// in flight (a read arriving when they are waits for a place, in its latency). Every
+    /// other read by number reads the --mix shape if given. Not with --batch.
+    #[arg(long, value_delimiter = ',')]
+    load: Vec<f64>,
     /// No progress bar.
     #[arg(long, short)]
     quiet: bool,
@@ -920,7 +921,7 @@ impl Common {
             background: self.background,
             batch: self.batch,
             mix: self.mix,
-            load: self.load,
+            load: self.load.clone(),
             layouts: layouts(self)?,
             strategies,
             blocks: self.blocks,
@@ -1203,7 +1204,7 @@ fn run_demo(a: &DemoArgs) -> Result<(), CliError> {
         background: 0,
         batch: false,
         mix: None,
-        load: None,
+        load: Vec::new(),
     };
     let spec = common.spec(
         DEMO_SENDERS.to_vec(),

@@ -20,7 +20,8 @@
 //! client-wide receiver's learning of the path (its rate, base RTT and budget); a client
 //! made anew per round would measure that start R times over. Every round is a row of its
 //! own ([`Measurement::round`]); [`round_summary`] pools them per strategy and pairs them
-//! round by round against `naive` (docs/measurements.md, *Thirty-fifth session*).
+//! round by round against `naive` (docs/measurements.md, *Thirty-fifth session*), and with
+//! `--mix` gives each kind's latency over the rounds.
 //!
 //! # Mixed reads
 //!
@@ -50,6 +51,12 @@
 //! sees the same arrival times. With `--mix`, every other read by number is of the mixed
 //! shape. This is how Homa and pFabric compare schedulers: latency by size at a fixed
 //! load. The warm-up stays closed loop.
+//!
+//! Several loads (`--load 0.2,0.5,0.8`) make a load curve: each load is a configuration of
+//! its own, the innermost one, so its rows stand together, and every load draws from the
+//! same seeds, so a higher load has the same arrivals closer together. After the table,
+//! [`load_curve`] lines up each strategy's mean and p99 latency by load (by kind with
+//! `--mix`), with the ratio to `naive` (or to the first strategy) at each load.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -129,9 +136,9 @@ pub struct SweepSpec {
     pub batch: bool,
     /// Mixed reads: every other reader reads this shape (see *Mixed reads*).
     pub mix: Option<Mix>,
-    /// Open loop at this offered load, a share of the line rate (see *Open loop*); `None`:
-    /// closed loop, or batches.
-    pub load: Option<f64>,
+    /// Open loop at these offered loads, shares of the line rate, each a configuration of
+    /// its own (see *Open loop*); empty: closed loop, or batches.
+    pub load: Vec<f64>,
     /// Block layouts.
     pub layouts: Vec<Layout>,
     /// Strategies.
@@ -190,6 +197,7 @@ fn reference_strategy(names: &[&str]) -> Option<usize> {
 /// on the 2-core VM the machine's cost per byte doubled for a quarter to a whole second
 /// now and then, for whichever strategy ran (`naive` alone, 8 rounds of 250 ms: 8 and
 /// 11-17 Gbit/s), and one such round moves the pooled ratio of 4 by up to a quarter.
+/// With `--mix` each line adds both kinds' latency over the rounds ([`pooled_latency`]).
 /// Empty when every configuration ran one round.
 pub fn round_summary(results: &[Measurement]) -> Vec<String> {
     if results.iter().all(|m| m.round == 0) {
@@ -197,9 +205,12 @@ pub fn round_summary(results: &[Measurement]) -> Vec<String> {
     }
     // Configurations in first-seen order, each with its strategies in first-seen order.
     type Rounds<'a> = Vec<(&'a str, Vec<&'a Measurement>)>;
-    let mut configs: Vec<((&str, usize, usize), Rounds)> = Vec::new();
+    // Layout, senders, concurrency and an open loop's load (its bits; 0: closed): each
+    // load is a configuration of its own.
+    type Config<'a> = (&'a str, usize, usize, u64);
+    let mut configs: Vec<(Config, Rounds)> = Vec::new();
     for m in results {
-        let key = (m.layout.as_str(), m.senders, m.concurrency);
+        let key = (m.layout.as_str(), m.senders, m.concurrency, m.load.to_bits());
         let i = match configs.iter().position(|(k, _)| *k == key) {
             Some(i) => i,
             None => {
@@ -214,7 +225,13 @@ pub fn round_summary(results: &[Measurement]) -> Vec<String> {
         }
     }
     let mut out = Vec::new();
-    for ((layout, n, r), strategies) in &configs {
+    for ((layout, n, r, load), strategies) in &configs {
+        let load = f64::from_bits(*load);
+        let at_load = if load > 0.0 {
+            format!(" load {load}")
+        } else {
+            String::new()
+        };
         let names: Vec<&str> = strategies.iter().map(|(s, _)| *s).collect();
         let Some(reference) = reference_strategy(&names) else {
             continue;
@@ -224,7 +241,7 @@ pub fn round_summary(results: &[Measurement]) -> Vec<String> {
         for (name, rounds) in strategies {
             let mbps = pooled_goodput(rounds.iter().copied());
             let mut line = format!(
-                "over {} rounds, N={n} R={r} {layout}: {name} {mbps:.1} Mbit/s",
+                "over {} rounds, N={n} R={r} {layout}{at_load}: {name} {mbps:.1} Mbit/s",
                 rounds.len()
             );
             if name != ref_name && ref_mbps > 0.0 {
@@ -246,6 +263,14 @@ pub fn round_summary(results: &[Measurement]) -> Vec<String> {
                         (ratios[mid - 1] + ratios[mid]) / 2.0
                     };
                     line += &format!(" (per round: median {median:.2}, {lo:.2}-{hi:.2})");
+                }
+            }
+            // Mixed reads: each kind's latency over the rounds (the goodput counts both).
+            if rounds.iter().any(|m| m.mix.is_some()) {
+                for (label, kind) in [("small", SMALL_READS), ("large", LARGE_READS)] {
+                    if let Some((mean, p99)) = pooled_latency(rounds, kind) {
+                        line += &format!("; {label} reads {mean:.1} ms (p99 {p99:.1})");
+                    }
                 }
             }
             out.push(line);
@@ -419,6 +444,118 @@ fn mean_read_bytes(layout: Layout, senders: usize, mix: Option<Mix>) -> f64 {
     mix.map_or(block, |m| (block + m.block() as f64) / 2.0)
 }
 
+/// One kind of a row's reads: how many completed, their mean and p99 latency (ms).
+type Kind = fn(&Measurement) -> (u32, f64, f64);
+/// Every read of a row.
+const ALL_READS: Kind = |m| (m.blocks.saturating_sub(m.failed_blocks), m.mean_ms, m.p99_ms);
+/// The mixed reads of a `--mix` row.
+const SMALL_READS: Kind = |m| (m.mix_blocks, m.mix_mean_ms, m.mix_p99_ms);
+/// The layout's reads of a `--mix` row.
+const LARGE_READS: Kind = |m| (m.layout_blocks, m.layout_mean_ms, m.layout_p99_ms);
+
+/// One kind of read's latency over a strategy's rounds at one load: the mean weighted by the
+/// reads each round completed, and the worst round's p99 (ms); `None` if no read completed.
+fn pooled_latency(rows: &[&Measurement], kind: impl Fn(&Measurement) -> (u32, f64, f64)) -> Option<(f64, f64)> {
+    let (mut reads, mut sum, mut p99) = (0u64, 0.0, 0.0f64);
+    for m in rows {
+        let (n, mean, p) = kind(m);
+        reads += u64::from(n);
+        sum += f64::from(n) * mean;
+        p99 = p99.max(p);
+    }
+    (reads > 0).then(|| (sum / reads as f64, p99))
+}
+
+/// The load curve of a sweep over several offered loads (`--load 0.2,0.5,0.8`): for each
+/// configuration and strategy, one line of its read latency at each load, ms, with the
+/// ratio of its mean to the reference strategy's at the same load ([`reference_strategy`]),
+/// and the share of the line rate it carried there: where that falls short of the load, reads
+/// arrive faster than the strategy ends them, and their wait for a place grows with the run.
+/// With `--mix` the two kinds stand apart (`small` the mixed reads, `large` the layout's),
+/// as Homa and pFabric plot latency by size against load. Rounds pool: the mean over every
+/// round's reads, the worst round's p99. Empty for a sweep of one load or none.
+pub fn load_curve(results: &[Measurement]) -> Vec<String> {
+    let mut configs: Vec<(&str, usize, usize)> = Vec::new();
+    for m in results.iter().filter(|m| m.load > 0.0) {
+        let key = (m.layout.as_str(), m.senders, m.concurrency);
+        if !configs.contains(&key) {
+            configs.push(key);
+        }
+    }
+    let mut out = Vec::new();
+    for (layout, n, r) in configs {
+        let rows: Vec<&Measurement> = results
+            .iter()
+            .filter(|m| m.load > 0.0 && (m.layout.as_str(), m.senders, m.concurrency) == (layout, n, r))
+            .collect();
+        let mut loads: Vec<f64> = Vec::new();
+        let mut names: Vec<&str> = Vec::new();
+        for m in &rows {
+            if !loads.contains(&m.load) {
+                loads.push(m.load);
+            }
+            if !names.contains(&m.strategy.as_str()) {
+                names.push(m.strategy.as_str());
+            }
+        }
+        if loads.len() < 2 {
+            continue;
+        }
+        let Some(reference) = reference_strategy(&names) else {
+            continue;
+        };
+        let mixed = rows.iter().any(|m| m.mix.is_some());
+        let kinds: &[(&str, Kind)] = if mixed {
+            &[("small ", SMALL_READS), ("large ", LARGE_READS)]
+        } else {
+            &[("", ALL_READS)]
+        };
+        out.push(format!(
+            "load curve, N={n} R={r} {layout}: mean read latency, ms (p99), at each offered load \
+             (and the share of the line rate carried); the ratio is to {}'s mean at that load",
+            names[reference]
+        ));
+        let at = |name: &str, load: f64| -> Vec<&Measurement> {
+            rows.iter()
+                .copied()
+                .filter(|m| m.strategy == name && m.load == load)
+                .collect()
+        };
+        for &name in &names {
+            let mut cells = Vec::new();
+            for &load in &loads {
+                let mine = at(name, load);
+                let theirs = at(names[reference], load);
+                let mut parts = Vec::new();
+                for (label, kind) in kinds {
+                    let Some((mean, p99)) = pooled_latency(&mine, kind) else {
+                        parts.push(format!("{label}-"));
+                        continue;
+                    };
+                    let mut part = format!("{label}{mean:.1} ({p99:.1})");
+                    if name != names[reference] {
+                        if let Some((ref_mean, _)) = pooled_latency(&theirs, kind).filter(|(m, _)| *m > 0.0) {
+                            part += &format!(" {:.2}x", mean / ref_mean);
+                        }
+                    }
+                    parts.push(part);
+                }
+                // The share of the line rate the strategy carried: under the load offered,
+                // its reads arrive faster than it ends them, and their wait grows with the run.
+                let line = mine.first().map_or(0.0, |m| m.line_rate_mbps);
+                let carried = if line > 0.0 {
+                    format!(" (carried {:.2})", pooled_goodput(mine.iter().copied()) / line)
+                } else {
+                    String::new()
+                };
+                cells.push(format!("{load}{carried}: {}", parts.join(", ")));
+            }
+            out.push(format!("  {name}: {}", cells.join("; ")));
+        }
+    }
+    out
+}
+
 /// Runs the sweep; prints the table as results arrive.
 pub fn run(spec: SweepSpec, network: Network) -> Result<SweepResult, SweepError> {
     let max_n = spec.senders.iter().copied().max().unwrap_or(0);
@@ -431,17 +568,17 @@ pub fn run(spec: SweepSpec, network: Network) -> Result<SweepResult, SweepError>
             "nothing to run: give senders, a layout, strategies and at least one block".into(),
         ));
     }
-    if spec.mix.is_some() && spec.load.is_none() && spec.concurrency.contains(&1) {
+    if spec.mix.is_some() && spec.load.is_empty() && spec.concurrency.contains(&1) {
         return Err(SweepError::Invalid(
             "--mix needs --concurrency of 2 or more, or --load: every other reader reads the mixed shape".into(),
         ));
     }
-    if let Some(load) = spec.load {
-        if spec.batch {
-            return Err(SweepError::Invalid(
-                "--load and --batch do not go together: reads arrive one by one or in batches".into(),
-            ));
-        }
+    if spec.batch && !spec.load.is_empty() {
+        return Err(SweepError::Invalid(
+            "--load and --batch do not go together: reads arrive one by one or in batches".into(),
+        ));
+    }
+    for &load in &spec.load {
         if !(load > 0.0 && load <= MAX_LOAD) {
             return Err(SweepError::Invalid(format!(
                 "--load {load}: give the offered load as a share of the line rate, more than 0 and at most {MAX_LOAD}"
@@ -678,7 +815,16 @@ fn client_side(
             .filter(|s| r == 1 || **s != Strategy::Blocking)
             .count()
     };
-    let configs = spec.layouts.len() * spec.senders.len() * spec.concurrency.iter().map(|r| runs(*r)).sum::<usize>();
+    // Each offered load is a configuration of its own; a closed loop (no load) is one.
+    let loads: Vec<Option<f64>> = if spec.load.is_empty() {
+        vec![None]
+    } else {
+        spec.load.iter().copied().map(Some).collect()
+    };
+    let configs = spec.layouts.len()
+        * spec.senders.len()
+        * loads.len()
+        * spec.concurrency.iter().map(|r| runs(*r)).sum::<usize>();
     // Each round reads its share of the blocks and of the time (see *Rounds*).
     let rounds = spec.rounds;
     let round_blocks = spec.blocks.div_ceil(rounds);
@@ -758,13 +904,16 @@ fn client_side(
     }
     bar.suspend(|| outln!("{}", table_header()));
     let mut results = Vec::with_capacity(configs);
-    let (senders, concurrency) = (&spec.senders, &spec.concurrency);
+    let (senders, concurrency, loads) = (&spec.senders, &spec.concurrency, &loads);
+    // Loads innermost: a load curve's rows stand together.
     let configurations = spec.layouts.iter().flat_map(|&layout| {
-        senders
-            .iter()
-            .flat_map(move |&n| concurrency.iter().map(move |&r| (layout, n, r)))
+        senders.iter().flat_map(move |&n| {
+            concurrency
+                .iter()
+                .flat_map(move |&r| loads.iter().map(move |&load| (layout, n, r, load)))
+        })
     });
-    for (layout, n, r) in configurations {
+    for (layout, n, r, load) in configurations {
         let strategies: Vec<Strategy> = spec
             .strategies
             .iter()
@@ -787,9 +936,10 @@ fn client_side(
                 } else {
                     String::new()
                 };
-                bar.set_message(format!("{st} N={n} R={r} {layout}{of_rounds}"));
+                let at_load = load.map_or(String::new(), |l| format!(" load {l}"));
+                bar.set_message(format!("{st} N={n} R={r} {layout}{at_load}{of_rounds}"));
                 // The same arrival times for every strategy of the round.
-                let arrivals = match spec.load {
+                let arrivals = match load {
                     None => None,
                     Some(load) => {
                         let seed = u64::from(round) + 1;
@@ -833,7 +983,7 @@ fn client_side(
         }
     }
     bar.finish_and_clear();
-    for line in round_summary(&results) {
+    for line in round_summary(&results).into_iter().chain(load_curve(&results)) {
         outln!("{line}");
     }
     if let Some(tb) = &testbed {
@@ -930,6 +1080,134 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_load_curve_lines_up_each_strategys_latency_by_load_and_pools_its_rounds() {
+        let row = |strategy: &str, load, round, mean_ms, p99_ms| Measurement {
+            strategy: strategy.into(),
+            round,
+            senders: 16,
+            concurrency: 8,
+            layout: "SRU 256KiB".into(),
+            load,
+            blocks: 10,
+            mean_ms,
+            p99_ms,
+            ..Measurement::default()
+        };
+        // One load, or a closed loop: no curve.
+        assert!(load_curve(&[row("naive", 0.5, 0, 10.0, 20.0)]).is_empty());
+        assert!(load_curve(&[row("naive", 0.0, 0, 10.0, 20.0), row("naive", 0.5, 0, 10.0, 20.0)]).is_empty());
+        let mut slow = row("default", 0.8, 1, 30.0, 90.0);
+        slow.blocks = 30;
+        // A row that knows the line rate says what share of it the strategy carried.
+        let carried = |mut m: Measurement, mbps| {
+            m.line_rate_mbps = 1000.0;
+            m.goodput_mbps = mbps;
+            m.elapsed_s = 1.0;
+            m
+        };
+        let rows = [
+            row("naive", 0.2, 0, 10.0, 20.0),
+            carried(row("default", 0.2, 0, 5.0, 12.0), 190.0),
+            row("naive", 0.8, 0, 40.0, 100.0),
+            slow,
+            row("default", 0.8, 0, 10.0, 50.0),
+            row("naive", 0.8, 1, 40.0, 110.0),
+        ];
+        let lines = load_curve(&rows);
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert!(lines[0].starts_with("load curve, N=16 R=8 SRU 256KiB"), "{lines:?}");
+        assert!(lines[0].contains("to naive's mean"), "{lines:?}");
+        assert_eq!(lines[1], "  naive: 0.2: 10.0 (20.0); 0.8: 40.0 (110.0)");
+        // At 0.8: (10 reads x 10 ms + 30 x 30 ms) / 40 = 25 ms, 0.62 of naive's 40; p99 the
+        // worse round's.
+        assert_eq!(
+            lines[2],
+            "  default: 0.2 (carried 0.19): 5.0 (12.0) 0.50x; 0.8: 25.0 (90.0) 0.62x"
+        );
+        // Mixed reads: each kind against its own kind.
+        let mixed = |strategy: &str, load, small, large| Measurement {
+            mix: Some("4 x 16KiB".into()),
+            mix_blocks: 5,
+            mix_mean_ms: small,
+            mix_p99_ms: 2.0 * small,
+            layout_blocks: 5,
+            layout_mean_ms: large,
+            layout_p99_ms: 2.0 * large,
+            ..row(strategy, load, 0, 0.0, 0.0)
+        };
+        let lines = load_curve(&[
+            mixed("per-read", 0.5, 10.0, 100.0),
+            mixed("default", 0.5, 5.0, 150.0),
+            mixed("per-read", 0.9, 20.0, 200.0),
+            mixed("default", 0.9, 4.0, 100.0),
+        ]);
+        assert!(lines[0].contains("to per-read's mean"), "{lines:?}");
+        assert_eq!(
+            lines[2],
+            "  default: 0.5: small 5.0 (10.0) 0.50x, large 150.0 (300.0) 1.50x; \
+             0.9: small 4.0 (8.0) 0.20x, large 100.0 (200.0) 0.50x"
+        );
+    }
+
+    #[test]
+    fn a_mixed_sweep_in_rounds_pools_each_kinds_latency() {
+        let row = |round, small_reads, small_ms, large_ms| Measurement {
+            strategy: "default".into(),
+            round,
+            senders: 16,
+            concurrency: 4,
+            layout: "SRU 256KiB".into(),
+            goodput_mbps: 500.0,
+            elapsed_s: 1.0,
+            mix: Some("4 x 16KiB".into()),
+            mix_blocks: small_reads,
+            mix_mean_ms: small_ms,
+            mix_p99_ms: 3.0 * small_ms,
+            layout_blocks: 2,
+            layout_mean_ms: large_ms,
+            layout_p99_ms: 2.0 * large_ms,
+            ..Measurement::default()
+        };
+        // Small reads: (10 x 2 ms + 30 x 6 ms) / 40 = 5 ms, p99 the worse round's 18.
+        let lines = round_summary(&[row(0, 10, 2.0, 100.0), row(1, 30, 6.0, 300.0)]);
+        assert_eq!(
+            lines,
+            [
+                "over 2 rounds, N=16 R=4 SRU 256KiB: default 500.0 Mbit/s; small reads 5.0 ms (p99 18.0); \
+              large reads 200.0 ms (p99 600.0)"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_rounds_of_each_load_pool_apart() {
+        let row = |strategy: &str, round, load, mbps| Measurement {
+            strategy: strategy.into(),
+            round,
+            senders: 16,
+            concurrency: 4,
+            layout: "SRU 256KiB".into(),
+            load,
+            goodput_mbps: mbps,
+            elapsed_s: 1.0,
+            ..Measurement::default()
+        };
+        let lines = round_summary(&[
+            row("naive", 0, 0.2, 200.0),
+            row("naive", 1, 0.2, 200.0),
+            row("naive", 0, 0.8, 800.0),
+            row("naive", 1, 0.8, 800.0),
+        ]);
+        assert_eq!(
+            lines,
+            [
+                "over 2 rounds, N=16 R=4 SRU 256KiB load 0.2: naive 200.0 Mbit/s",
+                "over 2 rounds, N=16 R=4 SRU 256KiB load 0.8: naive 800.0 Mbit/s"
+            ]
+        );
+    }
+
     /// A sweep of one naive read of 1 KiB from one server (hosts that do not exist: a
     /// check that refuses it must come before any connection).
     fn tiny_spec() -> SweepSpec {
@@ -939,7 +1217,7 @@ mod tests {
             background: 0,
             batch: false,
             mix: None,
-            load: None,
+            load: Vec::new(),
             layouts: vec![Layout::Sru(1024)],
             strategies: vec![Strategy::Naive],
             blocks: 1,
@@ -973,9 +1251,10 @@ mod tests {
 
     #[test]
     fn an_open_loop_takes_a_load_in_range_and_no_batches() {
+        // Every load of a curve is checked, not the first alone.
         for load in [0.0, -0.5, 1.01, f64::NAN] {
             let spec = SweepSpec {
-                load: Some(load),
+                load: vec![0.5, load],
                 ..tiny_spec()
             };
             let e = run(spec, Network::Hosts(Vec::new())).unwrap_err();
@@ -985,7 +1264,7 @@ mod tests {
             );
         }
         let batches = SweepSpec {
-            load: Some(0.5),
+            load: vec![0.5],
             batch: true,
             ..tiny_spec()
         };
@@ -996,7 +1275,7 @@ mod tests {
         );
         // Mixed reads alternate by number in an open loop: one place is enough.
         let one_place = SweepSpec {
-            load: Some(0.5),
+            load: vec![0.5],
             mix: Some(Mix { senders: 1, sru: 512 }),
             ..tiny_spec()
         };

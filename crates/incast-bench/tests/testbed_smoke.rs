@@ -246,7 +246,8 @@ fn background_flows_share_the_port_with_the_reads() {
 
 /// The sweep's lines for 40 blocks of 8 x 64 KiB beside 4 x 4 KiB, 4 at once, `naive` and
 /// `default`, with `extra` options: the line rate's, then one per strategy.
-fn mixed_sweep(extra: &[&str]) -> Vec<serde_json::Value> {
+/// The header line, then a row per strategy (and per load of an open loop).
+fn mixed_sweep(extra: &[&str], rows: usize) -> Vec<serde_json::Value> {
     let mut args = vec![
         "--senders",
         "8",
@@ -267,7 +268,7 @@ fn mixed_sweep(extra: &[&str]) -> Vec<serde_json::Value> {
     ];
     args.extend_from_slice(extra);
     let lines = sweep_json(&args);
-    assert_eq!(lines.len(), 3);
+    assert_eq!(lines.len(), 1 + rows);
     lines
 }
 
@@ -277,7 +278,7 @@ fn mixed_reads_are_read_whole_and_reported_by_kind() {
         return;
     }
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let lines = mixed_sweep(&[]);
+    let lines = mixed_sweep(&[], 2);
     let line_rate = lines[0]["line_rate_mbps"].as_f64().unwrap();
     for r in &lines[1..] {
         assert_eq!(r["failed_blocks"], 0, "{r}");
@@ -307,19 +308,28 @@ fn an_open_loop_offers_its_load_and_alternates_the_kinds_by_number() {
         return;
     }
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let lines = mixed_sweep(&["--load", "0.4"]);
-    for r in &lines[1..] {
+    // A load curve of two points: each load a configuration of its own, loads innermost.
+    let lines = mixed_sweep(&["--load", "0.15,0.4"], 4);
+    let mut fractions = [0.0; 4];
+    for (i, r) in lines[1..].iter().enumerate() {
         assert_eq!(r["failed_blocks"], 0, "{r}");
-        assert_eq!(r["load"], 0.4, "{r}");
-        // Reads arrive at 0.4 of the line rate: a closed loop would read 0.9 or more of it.
-        // 40 draws of the seeded process land within a third of their mean.
+        assert_eq!(r["load"], [0.15, 0.15, 0.4, 0.4][i], "{r}");
+        // Reads arrive at that share of the line rate: a closed loop would read 0.9 or more
+        // of it. 40 draws of the seeded process land within half of their mean.
         let f = r["line_rate_fraction"].as_f64().unwrap();
-        assert!((0.2..0.6).contains(&f), "{r}");
+        let load = r["load"].as_f64().unwrap();
+        assert!((0.5 * load..1.5 * load).contains(&f), "{r}");
+        fractions[i] = f;
         // Every other read by number is of the mixed shape, whichever ends first.
         let (mixed, layout) = (r["mix_blocks"].as_u64().unwrap(), r["layout_blocks"].as_u64().unwrap());
         assert_eq!(mixed + layout, 40, "{r}");
         assert!(mixed.abs_diff(layout) <= 1, "{r}");
     }
+    // The same seeds at both loads: the higher load's reads come faster, strategy by strategy.
+    assert!(
+        fractions[2] > fractions[0] && fractions[3] > fractions[1],
+        "{fractions:?}"
+    );
     assert_nothing_left();
 }
 
