@@ -326,48 +326,22 @@ mod tests {
         let tls = incast_rpc::tls::TlsClientConfig::builder(cert.trust().unwrap())
             .build()
             .unwrap();
-        let (_, config) = Strategy::Tls
-            .plan(
-                8,
-                32 << 10,
-                None,
-                t,
-                "cubic",
-                Trust {
-                    quic: None,
-                    tls: Some(&tls),
-                },
-            )
-            .unwrap();
+        let secure = |s: Strategy, trust| s.plan(8, 32 << 10, None, t, "cubic", trust).unwrap().1;
+        let config = secure(
+            Strategy::Tls,
+            Trust {
+                quic: None,
+                tls: Some(&tls),
+            },
+        );
         assert!(config.tls().is_some());
         assert_eq!(config.sharing(), Sharing::Port);
-        let (_, config) = Strategy::Quic
-            .plan(
-                8,
-                32 << 10,
-                None,
-                t,
-                "cubic",
-                Trust {
-                    quic: Some(&q),
-                    tls: None,
-                },
-            )
-            .unwrap();
-        assert_eq!(config.transport(), Transport::Quic);
-        let (_, config) = Strategy::Fallback
-            .plan(
-                8,
-                32 << 10,
-                None,
-                t,
-                "cubic",
-                Trust {
-                    quic: Some(&q),
-                    tls: None,
-                },
-            )
-            .unwrap();
+        let quic = Trust {
+            quic: Some(&q),
+            tls: None,
+        };
+        assert_eq!(secure(Strategy::Quic, quic).transport(), Transport::Quic);
+        let config = secure(Strategy::Fallback, quic);
         assert_eq!(config.transport(), Transport::TcpWithQuicFallback);
     }
 }
