@@ -577,7 +577,8 @@ struct Common {
     /// Write CSV.
     #[arg(long)]
     csv: Option<PathBuf>,
-    /// Write a goodput-vs-senders plot (.svg or .png).
+    /// Write a plot (.svg or .png): goodput against senders, or with several --load values
+    /// the mean latency against the offered load (a panel per kind of read, log scale).
     #[arg(long)]
     plot: Option<PathBuf>,
     /// Reads in flight at once through one shared client (each on its own stripe);

@@ -14,7 +14,7 @@ use std::io::Write as _;
 use std::path::Path;
 
 use crate::output::WriteError;
-use crate::run::{pooled_goodput, Measurement};
+use crate::run::{pooled_goodput, pooled_latency, Measurement, ReadKind, ALL_READS, LARGE_READS, SMALL_READS};
 
 const PANEL_W: f64 = 420.0;
 const PANEL_H: f64 = 300.0;
@@ -130,13 +130,32 @@ fn frame(
     x_name: &str,
     y_name: &str,
 ) -> (f64, f64, impl Fn(f64) -> f64) {
+    let ys = move |v: f64| MARGIN_T + PANEL_H - v.max(0.0) / top * PANEL_H;
+    let grid: Vec<(f64, String)> = (0..=5)
+        .map(|i| {
+            let v = top / 5.0 * f64::from(i);
+            (ys(v), format!("{v:.0}"))
+        })
+        .collect();
+    let (x0, x1) = frame_with(out, pi, &grid, title, x_name, y_name);
+    (x0, x1, ys)
+}
+
+/// Draws the frame of panel `pi` with horizontal grid lines at `grid` (pixel heights and
+/// their labels), its title and axis names, and returns its left and right edges.
+fn frame_with(
+    out: &mut Vec<Shape>,
+    pi: usize,
+    grid: &[(f64, String)],
+    title: &str,
+    x_name: &str,
+    y_name: &str,
+) -> (f64, f64) {
     let x0 = pi as f64 * (PANEL_W + MARGIN_L + MARGIN_R) + MARGIN_L;
     let (y0, x1, y1) = (MARGIN_T, x0 + PANEL_W, MARGIN_T + PANEL_H);
-    let ys = move |v: f64| y1 - v.max(0.0) / top * PANEL_H;
-    for i in 0..=5 {
-        let v = top / 5.0 * f64::from(i);
-        out.push(line((x0, ys(v)), (x1, ys(v)), "#dddddd", 1.0, false));
-        out.push(label((x0 - 6.0, ys(v) + 4.0), format!("{v:.0}"), -1));
+    for (y, text) in grid {
+        out.push(line((x0, *y), (x1, *y), "#dddddd", 1.0, false));
+        out.push(label((x0 - 6.0, *y + 4.0), text.clone(), -1));
     }
     for (a, b) in [
         ((x0, y0), (x1, y0)),
@@ -154,7 +173,7 @@ fn frame(
         align: 0,
         vertical: true,
     });
-    (x0, x1, ys)
+    (x0, x1)
 }
 
 /// A tick on the x axis at pixel `x`, labelled `text`.
@@ -184,8 +203,15 @@ fn legend<'a>(out: &mut Vec<Shape>, names: impl Iterator<Item = (&'a str, &'stat
     }
 }
 
-/// Lays out the figure.
+/// Lays out the figure: goodput against senders, or a load curve where the sweep ran
+/// several offered loads ([`load_scene`]).
 pub fn scene(results: &[Measurement], title: &str) -> Scene {
+    let mut loads: Vec<f64> = results.iter().map(|m| m.load).filter(|l| *l > 0.0).collect();
+    loads.sort_by(f64::total_cmp);
+    loads.dedup();
+    if loads.len() >= 2 {
+        return load_scene(results, &loads, title);
+    }
     // Panels: one per (sru or block) layout, in first-seen order.
     let mut panels: Vec<(String, Vec<&Measurement>)> = Vec::new();
     for m in results {
@@ -248,6 +274,104 @@ pub fn scene(results: &[Measurement], title: &str) -> Scene {
         .enumerate()
         .map(|(si, s)| (s.as_str(), COLORS[si % COLORS.len()]));
     legend(&mut out, names, 110.0);
+    Scene {
+        width,
+        height,
+        shapes: out,
+    }
+}
+
+/// Lays out a load curve (`sweep --load 0.2,0.5,0.8`): mean read latency against the
+/// offered load, one panel per kind of read (the small and the large reads of a `--mix`
+/// sweep, else every read), one line per strategy (per strategy and configuration where
+/// the sweep ran several), rounds pooled ([`pooled_latency`]). The latency runs on a log
+/// scale in decades: the strategies of one load differ by up to a thousand times (`naive`'s
+/// seconds of retransmission timeouts beside milliseconds), and a linear scale flattens
+/// every line but the slowest.
+fn load_scene(results: &[Measurement], loads: &[f64], title: &str) -> Scene {
+    let rows: Vec<&Measurement> = results.iter().filter(|m| m.load > 0.0).collect();
+    let mixed = rows.iter().any(|m| m.mix.is_some());
+    let kinds: &[(&str, ReadKind)] = if mixed {
+        &[("small reads", SMALL_READS), ("large reads", LARGE_READS)]
+    } else {
+        &[("every read", ALL_READS)]
+    };
+    let config = |m: &Measurement| (m.layout.clone(), m.senders, m.concurrency);
+    let several = rows.iter().any(|m| config(m) != config(rows[0]));
+    let series = |m: &Measurement| {
+        if several {
+            format!("{} N={} R={} {}", m.strategy, m.senders, m.concurrency, m.layout)
+        } else {
+            m.strategy.clone()
+        }
+    };
+    let mut names: Vec<String> = Vec::new();
+    for m in &rows {
+        let s = series(m);
+        if !names.contains(&s) {
+            names.push(s);
+        }
+    }
+    // Each kind's points: per series, (load, pooled mean latency) where reads completed.
+    let curves: Vec<Vec<Vec<(f64, f64)>>> = kinds
+        .iter()
+        .map(|(_, kind)| {
+            names
+                .iter()
+                .map(|name| {
+                    loads
+                        .iter()
+                        .filter_map(|&load| {
+                            let at: Vec<&Measurement> = rows
+                                .iter()
+                                .copied()
+                                .filter(|m| series(m) == *name && m.load == load)
+                                .collect();
+                            pooled_latency(&at, kind)
+                                .map(|(mean, _)| (load, mean))
+                                .filter(|(_, mean)| *mean > 0.0)
+                        })
+                        .collect()
+                })
+                .collect()
+        })
+        .collect();
+    let (width, height) = size(kinds.len());
+    let mut out = vec![label((width / 2.0, 18.0), title.to_owned(), 0)];
+    for (pi, ((kind, _), lines)) in kinds.iter().zip(&curves).enumerate() {
+        let means = lines.iter().flatten().map(|p| p.1);
+        let lo = means.clone().fold(f64::MAX, f64::min).max(1e-3).log10().floor();
+        let hi = means.fold(0.0, f64::max).max(1e-3).log10().ceil().max(lo + 1.0);
+        let ys = |ms: f64| MARGIN_T + PANEL_H - (ms.max(1e-3).log10() - lo) / (hi - lo) * PANEL_H;
+        let grid: Vec<(f64, String)> = (lo as i32..=hi as i32)
+            .map(|d| {
+                let v = 10f64.powi(d);
+                (ys(v), if d < 0 { format!("{v}") } else { format!("{v:.0}") })
+            })
+            .collect();
+        let (x0, _) = frame_with(
+            &mut out,
+            pi,
+            &grid,
+            kind,
+            "offered load (share of the line rate)",
+            "mean latency (ms)",
+        );
+        let xs = |load: f64| x0 + load.clamp(0.0, 1.0) * PANEL_W;
+        for i in 0..=5 {
+            let load = f64::from(i) / 5.0;
+            x_tick(&mut out, xs(load), format!("{load:.1}"));
+        }
+        for (si, pts) in lines.iter().enumerate() {
+            let pts: Vec<(f64, f64)> = pts.iter().map(|&(l, ms)| (xs(l), ys(ms))).collect();
+            polyline(&mut out, &pts, COLORS[si % COLORS.len()], true);
+        }
+    }
+    let names = names
+        .iter()
+        .enumerate()
+        .map(|(si, s)| (s.as_str(), COLORS[si % COLORS.len()]));
+    legend(&mut out, names, if several { 260.0 } else { 110.0 });
     Scene {
         width,
         height,
@@ -684,6 +808,53 @@ mod tests {
             layout: format!("SRU {}", human(sru)),
             ..Measurement::default()
         }
+    }
+
+    #[test]
+    fn a_load_sweep_plots_latency_by_load_on_a_log_scale_per_kind() {
+        let row = |strategy: &str, load, small, large| Measurement {
+            strategy: strategy.into(),
+            senders: 16,
+            concurrency: 16,
+            layout: "SRU 256KiB".into(),
+            load,
+            mix: Some("4 x 16KiB".into()),
+            mix_blocks: 10,
+            mix_mean_ms: small,
+            layout_blocks: 10,
+            layout_mean_ms: large,
+            line_rate_mbps: 900.0,
+            ..Measurement::default()
+        };
+        let rs = [
+            row("naive", 0.2, 10.0, 200.0),
+            row("default", 0.2, 2.0, 50.0),
+            row("naive", 0.8, 100.0, 2000.0),
+            row("default", 0.8, 2.0, 80.0),
+        ];
+        let sc = scene(&rs, "t");
+        assert_eq!((sc.width, sc.height), size(2));
+        let s = svg(&sc);
+        assert!(s.contains("offered load") && s.contains("small reads") && s.contains("large reads"));
+        // A dot per strategy, load and kind: the small reads' panel first, naive's line first.
+        let dots: Vec<(f64, f64)> = sc
+            .shapes
+            .iter()
+            .filter_map(|s| match s {
+                Shape::Dot { at, .. } => Some(*at),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(dots.len(), 8);
+        // The small reads took 2-100 ms: decades 1 to 100, so 100 ms is the panel's top and
+        // 10 ms half-way down; a load of 0.8 is 0.8 of the panel's width.
+        assert_eq!(dots[1], (MARGIN_L + 0.8 * PANEL_W, MARGIN_T));
+        assert!((dots[0].1 - (MARGIN_T + PANEL_H / 2.0)).abs() < 1e-9, "{dots:?}");
+        // default's small reads lie under naive's at both loads.
+        assert!(dots[2].1 > dots[0].1 && dots[3].1 > dots[1].1, "{dots:?}");
+        // A sweep of one load keeps the goodput plot.
+        let one = svg(&scene(&rs[..2], "t"));
+        assert!(one.contains("goodput") && !one.contains("offered load"));
     }
 
     #[test]

@@ -1017,6 +1017,28 @@ pub fn pooled_goodput<'a>(ms: impl IntoIterator<Item = &'a Measurement>) -> f64 
     }
 }
 
+/// One kind of a row's reads: how many completed, their mean and p99 latency (ms).
+pub type ReadKind = fn(&Measurement) -> (u32, f64, f64);
+/// Every read of a row.
+pub const ALL_READS: ReadKind = |m| (m.blocks.saturating_sub(m.failed_blocks), m.mean_ms, m.p99_ms);
+/// The mixed reads of a `--mix` row.
+pub const SMALL_READS: ReadKind = |m| (m.mix_blocks, m.mix_mean_ms, m.mix_p99_ms);
+/// The layout's reads of a `--mix` row.
+pub const LARGE_READS: ReadKind = |m| (m.layout_blocks, m.layout_mean_ms, m.layout_p99_ms);
+
+/// One kind of read's latency over a strategy's rounds at one load: the mean weighted by the
+/// reads each round completed, and the worst round's p99 (ms); `None` if no read completed.
+pub fn pooled_latency(rows: &[&Measurement], kind: impl Fn(&Measurement) -> (u32, f64, f64)) -> Option<(f64, f64)> {
+    let (mut reads, mut sum, mut p99) = (0u64, 0.0, 0.0f64);
+    for m in rows {
+        let (n, mean, p) = kind(m);
+        reads += u64::from(n);
+        sum += f64::from(n) * mean;
+        p99 = p99.max(p);
+    }
+    (reads > 0).then(|| (sum / reads as f64, p99))
+}
+
 /// The kernel RTOs of a configuration's measured reads, each counted for the read it
 /// belongs to (see [`incast_rpc::LateCounters`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

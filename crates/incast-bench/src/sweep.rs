@@ -70,7 +70,10 @@ use incast_rpc::{ServerConfig, SocketTuning};
 
 use crate::output::{table_header, table_row};
 use crate::pattern::HeldPattern;
-use crate::run::{measure, pooled_goodput, Arrivals, Layout, Measurement, Mix, Reader, RunError, RunSpec, MAX_LOAD};
+use crate::run::{
+    measure, pooled_goodput, pooled_latency, Arrivals, Layout, Measurement, Mix, ReadKind, Reader, RunError, RunSpec,
+    ALL_READS, LARGE_READS, MAX_LOAD, SMALL_READS,
+};
 use crate::servers::ServerSet;
 use crate::strategy::{Strategy, ROUTE_RTO_MIN};
 use crate::testbed::{host_addr, Testbed, TestbedError};
@@ -444,28 +447,6 @@ fn mean_read_bytes(layout: Layout, senders: usize, mix: Option<Mix>) -> f64 {
     mix.map_or(block, |m| (block + m.block() as f64) / 2.0)
 }
 
-/// One kind of a row's reads: how many completed, their mean and p99 latency (ms).
-type Kind = fn(&Measurement) -> (u32, f64, f64);
-/// Every read of a row.
-const ALL_READS: Kind = |m| (m.blocks.saturating_sub(m.failed_blocks), m.mean_ms, m.p99_ms);
-/// The mixed reads of a `--mix` row.
-const SMALL_READS: Kind = |m| (m.mix_blocks, m.mix_mean_ms, m.mix_p99_ms);
-/// The layout's reads of a `--mix` row.
-const LARGE_READS: Kind = |m| (m.layout_blocks, m.layout_mean_ms, m.layout_p99_ms);
-
-/// One kind of read's latency over a strategy's rounds at one load: the mean weighted by the
-/// reads each round completed, and the worst round's p99 (ms); `None` if no read completed.
-fn pooled_latency(rows: &[&Measurement], kind: impl Fn(&Measurement) -> (u32, f64, f64)) -> Option<(f64, f64)> {
-    let (mut reads, mut sum, mut p99) = (0u64, 0.0, 0.0f64);
-    for m in rows {
-        let (n, mean, p) = kind(m);
-        reads += u64::from(n);
-        sum += f64::from(n) * mean;
-        p99 = p99.max(p);
-    }
-    (reads > 0).then(|| (sum / reads as f64, p99))
-}
-
 /// The load curve of a sweep over several offered loads (`--load 0.2,0.5,0.8`): for each
 /// configuration and strategy, one line of its read latency at each load, ms, with the
 /// ratio of its mean to the reference strategy's at the same load ([`reference_strategy`]),
@@ -505,7 +486,7 @@ pub fn load_curve(results: &[Measurement]) -> Vec<String> {
             continue;
         };
         let mixed = rows.iter().any(|m| m.mix.is_some());
-        let kinds: &[(&str, Kind)] = if mixed {
+        let kinds: &[(&str, ReadKind)] = if mixed {
             &[("small ", SMALL_READS), ("large ", LARGE_READS)]
         } else {
             &[("", ALL_READS)]
