@@ -482,6 +482,8 @@ pub fn load_curve(results: &[Measurement]) -> Vec<String> {
         if loads.len() < 2 {
             continue;
         }
+        // A curve runs from the lightest load up, in whatever order the sweep ran them.
+        loads.sort_by(f64::total_cmp);
         let Some(reference) = reference_strategy(&names) else {
             continue;
         };
@@ -1087,13 +1089,14 @@ mod tests {
             m.elapsed_s = 1.0;
             m
         };
+        // Run heaviest first (`--load 0.8,0.2`): the curve still runs from the lightest.
         let rows = [
-            row("naive", 0.2, 0, 10.0, 20.0),
-            carried(row("default", 0.2, 0, 5.0, 12.0), 190.0),
             row("naive", 0.8, 0, 40.0, 100.0),
             slow,
             row("default", 0.8, 0, 10.0, 50.0),
             row("naive", 0.8, 1, 40.0, 110.0),
+            row("naive", 0.2, 0, 10.0, 20.0),
+            carried(row("default", 0.2, 0, 5.0, 12.0), 190.0),
         ];
         let lines = load_curve(&rows);
         assert_eq!(lines.len(), 3, "{lines:?}");
