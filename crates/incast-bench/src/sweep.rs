@@ -56,7 +56,9 @@
 //! its own, the innermost one, so its rows stand together, and every load draws from the
 //! same seeds, so a higher load has the same arrivals closer together. After the table,
 //! [`load_curve`] lines up each strategy's mean and p99 latency by load (by kind with
-//! `--mix`), with the ratio to `naive` (or to the first strategy) at each load.
+//! `--mix`), with the ratio to `naive` (or to the first strategy) at each load and the share
+//! of the line rate each carried; `--plot` draws mean latency against load
+//! ([`crate::plot::scene`]).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -450,8 +452,10 @@ fn mean_read_bytes(layout: Layout, senders: usize, mix: Option<Mix>) -> f64 {
 /// The load curve of a sweep over several offered loads (`--load 0.2,0.5,0.8`): for each
 /// configuration and strategy, one line of its read latency at each load, ms, with the
 /// ratio of its mean to the reference strategy's at the same load ([`reference_strategy`]),
-/// and the share of the line rate it carried there: where that falls short of the load, reads
-/// arrive faster than the strategy ends them, and their wait for a place grows with the run.
+/// and the share of the line rate it carried there. Every strategy gets the same arrivals,
+/// so one that carried less than another could not keep up: its reads arrived faster than
+/// it ended them, and their wait for a place grew with the run. (All of them short of the
+/// load by the same share is the seeded draw's own load over a short run.)
 /// With `--mix` the two kinds stand apart (`small` the mixed reads, `large` the layout's),
 /// as Homa and pFabric plot latency by size against load. Rounds pool: the mean over every
 /// round's reads, the worst round's p99. Empty for a sweep of one load or none.
@@ -523,8 +527,8 @@ pub fn load_curve(results: &[Measurement]) -> Vec<String> {
                     }
                     parts.push(part);
                 }
-                // The share of the line rate the strategy carried: under the load offered,
-                // its reads arrive faster than it ends them, and their wait grows with the run.
+                // The share of the line rate the strategy carried: less than another's under
+                // the same arrivals, its reads arrived faster than it ended them.
                 let line = mine.first().map_or(0.0, |m| m.line_rate_mbps);
                 let carried = if line > 0.0 {
                     format!(" (carried {:.2})", pooled_goodput(mine.iter().copied()) / line)
