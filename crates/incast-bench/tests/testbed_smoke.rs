@@ -308,8 +308,13 @@ fn an_open_loop_offers_its_load_and_alternates_the_kinds_by_number() {
         return;
     }
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    // A load curve of two points: each load a configuration of its own, loads innermost.
-    let lines = mixed_sweep(&["--load", "0.15,0.4"], 4);
+    // A load curve of two points: each load a configuration of its own, loads innermost,
+    // drawn as latency against load.
+    let plot = std::env::temp_dir().join(format!("incast-smoke-load-{}.svg", std::process::id()));
+    let lines = mixed_sweep(&["--load", "0.15,0.4", "--plot", plot.to_str().unwrap()], 4);
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    std::fs::remove_file(&plot).unwrap();
+    assert!(svg.contains("offered load") && svg.contains("small reads"), "{svg}");
     let mut fractions = [0.0; 4];
     for (i, r) in lines[1..].iter().enumerate() {
         assert_eq!(r["failed_blocks"], 0, "{r}");
