@@ -408,8 +408,10 @@ pub struct Measurement {
     /// Queueing-delay samples above the target that held the budget's growth
     /// (`ReceiverStats::delay_holds`).
     pub delay_holds: u64,
-    /// The target delay the port learnt at its last loss, microseconds (0: none learnt, the
-    /// configured target applied; `ReceiverStats::learnt_target`).
+    /// The target delay the port learnt at its last loss, microseconds (0: none learnt;
+    /// `ReceiverStats::learnt_target`). A learnt target is in force only for
+    /// `incast_core::receiver::TARGET_HOLD` after its loss, so a nonzero value may have
+    /// lapsed by the row's end, the configured target applying again.
     pub learnt_target_us: f64,
     /// The port's base RTT at the end, microseconds (0: not measured).
     pub base_rtt_us: f64,

@@ -126,11 +126,13 @@ impl Inner {
                 let counts = [st.delay_decreases, st.loss_decreases, st.stall_decreases];
                 if now != self.budget {
                     // Why it moved: the decrease counters that moved with it, else growth
-                    // (or a ceiling or floor that came or went).
-                    let cause = match (0..3).find(|&i| counts[i] != decreases[i]) {
+                    // (or a ceiling or floor that came or went). A decrease on stalls moves
+                    // the loss counter too (stalls decrease as a loss window does), so the
+                    // stall counter is looked at before it.
+                    let cause = match [0, 2, 1].into_iter().find(|&i| counts[i] != decreases[i]) {
                         Some(0) => "delay",
-                        Some(1) => "loss",
-                        Some(_) => "stalls",
+                        Some(2) => "stalls",
+                        Some(_) => "loss",
                         None if now > self.budget => "growth",
                         None => "ceiling",
                     };
