@@ -141,6 +141,8 @@ impl Inner {
                         was = self.budget,
                         cause,
                         slow_start = st.slow_start,
+                        target_us = st.learnt_target.map(|t| t.as_micros() as u64),
+                        ceiling = st.loss_ceiling,
                         "port budget changed"
                     );
                     self.budget = now;
