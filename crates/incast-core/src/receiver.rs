@@ -153,6 +153,10 @@
 //!   does one whose whole fragment fits half the budget: at 10 Gbit/s, where the 2-core
 //!   testbed's CPU is the limit, 256 KiB fragments were two or three grants at up to a
 //!   quarter more CPU per GiB than `naive`'s (docs/measurements.md, *Thirty-ninth session*).
+//!   A read of one fragment alone on the port takes its whole rest in one grant when that
+//!   fits the room, else half the budget: its quarter-budget chunks shared the budget with
+//!   no one, and at 10 Gbit/s one read at a time from one server took 3-20 grants per
+//!   fragment (docs/measurements.md, *Sixty-first session*).
 //!   A budget under [`MIN_GRANTS_PER_BUDGET`] policy chunks shrinks the chunk to half the
 //!   budget (never under [`MIN_CHUNK`]), so that one grant transfers while the next one's
 //!   request travels instead of one grant at a time. An enlarged grant of at most two
@@ -3160,6 +3164,8 @@ impl Receiver {
             // reads' own, their losses are their own overflow and the budget answers them.
             spread_chunk: (self.is_lossy(now) && !ours)
                 .then(|| (self.budget / SPREAD_GRANTS_PER_BUDGET).max(MIN_CHUNK)),
+            // A read alone on the port may take the room in one grant (see `next_len`).
+            lone_room: (self.order.len() == 1).then(|| room.min(self.budget)),
         }
     }
 
@@ -5950,6 +5956,37 @@ mod tests {
         let split = lens(400 * 1024);
         assert_eq!(split.first(), Some(&(100 * 1024)), "{split:?}");
         assert!(split.iter().all(|&l| l == 100 * 1024 || l == 156 * 1024), "{split:?}");
+    }
+
+    #[test]
+    fn a_lone_fragment_on_a_fast_port_takes_the_room_in_one_grant() {
+        // 10 Gbit/s: chunks grow to a quarter of the budget. One read of one 256 KiB fragment
+        // alone on the port shares the budget with no one: it is one grant when it fits the
+        // budget, else grants of half the budget.
+        let t = Instant::now();
+        let lens = |servers_n: u32, reads: usize, budget: u64| {
+            let cfg = ReceiverConfig::builder()
+                .port_rate_bps(Some(10_000_000_000))
+                .initial_budget(budget)
+                .build()
+                .unwrap();
+            let mut rx = Receiver::new(cfg);
+            for r in 0..reads {
+                let stripe = Stripe::fixed_sru(&format!("r{r}"), &servers(servers_n), 256 * 1024).unwrap();
+                rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
+            }
+            let lens: Vec<u64> = requests(&mut rx, t).iter().map(|(_, g)| g.len).collect();
+            rx.check_invariants().unwrap();
+            lens
+        };
+        assert_eq!(lens(1, 1, 300 * 1024), [256 * 1024]);
+        // Under the fragment: half the budget at a time (the rest waits for room).
+        assert_eq!(lens(1, 1, 200 * 1024), [100 * 1024, 100 * 1024]);
+        // Two reads share the port, or two fragments the read: quarter-budget chunks (the
+        // last takes the runt along).
+        let shared = [75 * 1024, 75 * 1024, 106 * 1024];
+        assert_eq!(lens(1, 2, 300 * 1024), shared);
+        assert_eq!(lens(2, 1, 300 * 1024), shared);
     }
 
     #[test]
