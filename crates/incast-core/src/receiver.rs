@@ -3884,6 +3884,17 @@ mod tests {
         (0..n).map(ServerId).collect()
     }
 
+    /// A receiver told the port's rate (bits per second), starting at `budget` bytes.
+    fn at_rate(bps: u64, budget: u64) -> Receiver {
+        Receiver::new(
+            ReceiverConfig::builder()
+                .port_rate_bps(Some(bps))
+                .initial_budget(budget)
+                .build()
+                .unwrap(),
+        )
+    }
+
     fn requests(rx: &mut Receiver, now: Instant) -> Vec<(ReadKey, crate::Grant)> {
         std::iter::from_fn(|| rx.poll_action(now))
             .filter_map(|(k, a)| match a {
@@ -4362,12 +4373,7 @@ mod tests {
     #[test]
     fn a_delay_longer_than_the_budget_can_queue_shrinks_nothing() {
         for (budget, shrinks) in [(64 * 1024, false), (2 << 20, true)] {
-            let cfg = ReceiverConfig::builder()
-                .port_rate_bps(Some(1_000_000_000))
-                .initial_budget(budget)
-                .build()
-                .unwrap();
-            let mut rx = Receiver::new(cfg);
+            let mut rx = at_rate(1_000_000_000, budget);
             let t = Instant::now();
             let stripe = Stripe::fixed_sru("a", &servers(8), 1 << 20).unwrap();
             let k = rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
@@ -5938,12 +5944,7 @@ mod tests {
         let stripe = Stripe::fixed_sru("a", &servers(4), 256 * 1024).unwrap();
         let t = Instant::now();
         let lens = |budget: u64| {
-            let cfg = ReceiverConfig::builder()
-                .port_rate_bps(Some(10_000_000_000))
-                .initial_budget(budget)
-                .build()
-                .unwrap();
-            let mut rx = Receiver::new(cfg);
+            let mut rx = at_rate(10_000_000_000, budget);
             rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
             let lens: Vec<u64> = requests(&mut rx, t).iter().map(|(_, g)| g.len).collect();
             rx.check_invariants().unwrap();
@@ -5965,12 +5966,7 @@ mod tests {
         // budget, else grants of half the budget.
         let t = Instant::now();
         let lens = |servers_n: u32, reads: usize, budget: u64| {
-            let cfg = ReceiverConfig::builder()
-                .port_rate_bps(Some(10_000_000_000))
-                .initial_budget(budget)
-                .build()
-                .unwrap();
-            let mut rx = Receiver::new(cfg);
+            let mut rx = at_rate(10_000_000_000, budget);
             for r in 0..reads {
                 let stripe = Stripe::fixed_sru(&format!("r{r}"), &servers(servers_n), 256 * 1024).unwrap();
                 rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
