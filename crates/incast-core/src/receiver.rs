@@ -153,10 +153,12 @@
 //!   does one whose whole fragment fits half the budget: at 10 Gbit/s, where the 2-core
 //!   testbed's CPU is the limit, 256 KiB fragments were two or three grants at up to a
 //!   quarter more CPU per GiB than `naive`'s (docs/measurements.md, *Thirty-ninth session*).
-//!   A read of one fragment alone on the port takes its whole rest in one grant when that
-//!   fits the room, else half the budget: its quarter-budget chunks shared the budget with
-//!   no one, and at 10 Gbit/s one read at a time from one server took 3-20 grants per
-//!   fragment (docs/measurements.md, *Sixty-first session*).
+//!   A read of one fragment alone on a port that reports no loss takes its whole rest in
+//!   one grant when that fits the room, else half the budget: its quarter-budget chunks
+//!   shared the budget with no one, and at 10 Gbit/s one read at a time from one server
+//!   took 3-20 grants per fragment (docs/measurements.md, *Sixty-first session*). Where
+//!   servers report loss it keeps the quarter-budget chunks: larger grants are larger
+//!   bursts.
 //!   A budget under [`MIN_GRANTS_PER_BUDGET`] policy chunks shrinks the chunk to half the
 //!   budget (never under [`MIN_CHUNK`]), so that one grant transfers while the next one's
 //!   request travels instead of one grant at a time. An enlarged grant of at most two
@@ -3136,6 +3138,7 @@ impl Receiver {
     fn gate(&self, now: Instant) -> Gate {
         let counted = self.counted();
         let ours = self.queue_is_ours();
+        let lossy = self.is_lossy(now);
         let room = if counted == 0 {
             u64::MAX
         } else {
@@ -3162,10 +3165,10 @@ impl Receiver {
             late_after: self.late_after_when(ours),
             // Spreading is for a port that other traffic keeps full; where the queue is the
             // reads' own, their losses are their own overflow and the budget answers them.
-            spread_chunk: (self.is_lossy(now) && !ours)
-                .then(|| (self.budget / SPREAD_GRANTS_PER_BUDGET).max(MIN_CHUNK)),
-            // A read alone on the port may take the room in one grant (see `next_len`).
-            lone_room: (self.order.len() == 1).then(|| room.min(self.budget)),
+            spread_chunk: (lossy && !ours).then(|| (self.budget / SPREAD_GRANTS_PER_BUDGET).max(MIN_CHUNK)),
+            // A read alone on a port that reports no loss may take the room in one grant (see
+            // `next_len`): a larger grant is a larger burst from its server.
+            lone_room: (self.order.len() == 1 && !lossy).then(|| room.min(self.budget)),
         }
     }
 
@@ -5965,16 +5968,22 @@ mod tests {
         // alone on the port shares the budget with no one: it is one grant when it fits the
         // budget, else grants of half the budget.
         let t = Instant::now();
-        let lens = |servers_n: u32, reads: usize, budget: u64| {
+        let lens_after = |servers_n: u32, reads: usize, budget: u64, lossy: bool| {
             let mut rx = at_rate(10_000_000_000, budget);
             for r in 0..reads {
                 let stripe = Stripe::fixed_sru(&format!("r{r}"), &servers(servers_n), 256 * 1024).unwrap();
                 rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
             }
+            if lossy {
+                // A server reported a retransmit (a loss window of one response; the budget
+                // is cut by the first `alpha`'s half).
+                rx.on_loss(t, 1, 0);
+            }
             let lens: Vec<u64> = requests(&mut rx, t).iter().map(|(_, g)| g.len).collect();
             rx.check_invariants().unwrap();
-            lens
+            (lens, rx.budget())
         };
+        let lens = |servers_n, reads, budget| lens_after(servers_n, reads, budget, false).0;
         assert_eq!(lens(1, 1, 300 * 1024), [256 * 1024]);
         // Under the fragment: half the budget at a time (the rest waits for room).
         assert_eq!(lens(1, 1, 200 * 1024), [100 * 1024, 100 * 1024]);
@@ -5983,6 +5992,12 @@ mod tests {
         let shared = [75 * 1024, 75 * 1024, 106 * 1024];
         assert_eq!(lens(1, 2, 300 * 1024), shared);
         assert_eq!(lens(2, 1, 300 * 1024), shared);
+        // A port whose servers report loss: a larger grant is a larger burst, so the lone
+        // read keeps the quarter-budget chunk (and takes the rest along where it fits half
+        // the budget, as any read does).
+        assert_eq!(lens(1, 1, 400 * 1024), [256 * 1024]);
+        let (lossy, budget) = lens_after(1, 1, 400 * 1024, true);
+        assert_eq!((lossy, budget), (vec![100 * 1024, 156 * 1024], 400 * 1024));
     }
 
     #[test]
