@@ -943,11 +943,13 @@ impl Common {
     }
 }
 
+/// Writes the files the options ask for, with every row measured; then the error that
+/// stopped the sweep early, if one did (taken out of `r`).
 fn finish(
     c: &Common,
     network: &str,
     testbed: Option<TestbedConfig>,
-    r: &sweep::SweepResult,
+    r: &mut sweep::SweepResult,
     title: &str,
 ) -> Result<(), CliError> {
     let mut header = output::Header::new(network, testbed, c.blocks, c.warmup, c.min_time);
@@ -965,7 +967,13 @@ fn finish(
         plot::write(p, &r.results, title)?;
         eprintln!("wrote {}", p.display());
     }
-    Ok(())
+    match r.stopped.take() {
+        Some(e) => {
+            eprintln!("the sweep stopped after {} rows", r.results.len());
+            Err(e.into())
+        }
+        None => Ok(()),
+    }
 }
 
 fn run_sweep(a: &SweepArgs) -> Result<(), CliError> {
@@ -1001,20 +1009,20 @@ fn run_sweep(a: &SweepArgs) -> Result<(), CliError> {
         ));
     };
     let name = network.name();
-    let r = sweep::run(spec, network)?;
+    let mut r = sweep::run(spec, network)?;
     let title = match &tb_config {
         Some(t) => format!("incast-bench sweep on the testbed: {t}"),
         None => format!("incast-bench sweep ({name}, {})", a.link.cc),
     };
-    finish(&a.common, name, tb_config, &r, &title)
+    finish(&a.common, name, tb_config, &mut r, &title)
 }
 
 fn run_read(a: &ReadArgs) -> Result<(), CliError> {
     let spec = a
         .common
         .spec(vec![a.servers.len()], vec![a.strategy], a.buffer, None, &a.cc)?;
-    let r = sweep::run(spec, Network::Hosts(a.servers.clone()))?;
-    finish(&a.common, "hosts", None, &r, "incast-bench read")
+    let mut r = sweep::run(spec, Network::Hosts(a.servers.clone()))?;
+    finish(&a.common, "hosts", None, &mut r, "incast-bench read")
 }
 
 fn run_serve(a: &ServeArgs) -> Result<(), CliError> {
@@ -1214,12 +1222,12 @@ fn run_demo(a: &DemoArgs) -> Result<(), CliError> {
         tb.as_ref().map(|t| t.rate_bps),
         &tb_config.cc,
     )?;
-    let r = sweep::run(spec, network)?;
+    let mut r = sweep::run(spec, network)?;
     let title = match &tb {
         Some(t) => format!("incast-bench demo: {t}"),
         None => "incast-bench demo (loopback: no incast expected)".to_owned(),
     };
-    finish(&common, name, tb, &r, &title)?;
+    finish(&common, name, tb, &mut r, &title)?;
     summarize_demo(&r.results);
     Ok(())
 }

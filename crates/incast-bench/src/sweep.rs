@@ -376,7 +376,15 @@ fn measure_one(
         // froze them past their servers' RTOs).
         rt.block_on(async { tokio::time::sleep(HOST_RTO_SETTLE).await });
     }
-    let after = testbed.map(counters).transpose()?;
+    // The row is measured: counters that cannot be read now (a run that left the machine
+    // out of descriptors) leave its drops and RTOs unknown, not the row lost.
+    let after = match testbed.map(counters).transpose() {
+        Ok(after) => after,
+        Err(e) => {
+            eprintln!("warning: the testbed's counters after this row: {e}; its drops and kernel RTOs are unknown");
+            None
+        }
+    };
     if let (true, Some(tb)) = (rto_route, testbed) {
         tb.set_route_rto_min(None)?;
     }
@@ -438,8 +446,12 @@ pub enum SweepError {
 pub struct SweepResult {
     /// Line rate, Mbit/s.
     pub line_rate_mbps: f64,
-    /// One per (layout, senders, concurrency, strategy, round).
+    /// One per (layout, senders, concurrency, strategy, round) measured.
     pub results: Vec<Measurement>,
+    /// Why the sweep stopped before its last configuration, if it did: `results` then holds
+    /// the rows measured before, which the caller still writes out (a long sweep that fails
+    /// in its last row loses nothing it measured).
+    pub stopped: Option<SweepError>,
 }
 
 /// Bytes of the mean read of a configuration: the layout's block, or with mixed reads the
@@ -900,7 +912,8 @@ fn client_side(
                 .flat_map(move |&r| loads.iter().map(move |&load| (layout, n, r, load)))
         })
     });
-    for (layout, n, r, load) in configurations {
+    let mut stopped = None;
+    'configurations: for (layout, n, r, load) in configurations {
         let strategies: Vec<Strategy> = spec
             .strategies
             .iter()
@@ -947,7 +960,13 @@ fn client_side(
                     _ => &addrs,
                 };
                 if rounds > 1 && readers[i].is_none() {
-                    readers[i] = Some(Reader::new(servers, &run)?);
+                    match Reader::new(servers, &run) {
+                        Ok(reader) => readers[i] = Some(reader),
+                        Err(e) => {
+                            stopped = Some(e.into());
+                            break 'configurations;
+                        }
+                    }
                 }
                 let progress = |k| bar.inc(k);
                 let hosts = (testbed.as_deref(), bulk_rtos.as_deref());
@@ -959,7 +978,10 @@ fn client_side(
                         bar.inc(u64::from(run.blocks));
                         failed_row(&run, e.to_string())
                     }
-                    Err(e) => return Err(e),
+                    Err(e) => {
+                        stopped = Some(e);
+                        break 'configurations;
+                    }
                 };
                 m.set_line_rate(line_rate);
                 m.round = round;
@@ -981,6 +1003,7 @@ fn client_side(
     Ok(SweepResult {
         line_rate_mbps: line_rate,
         results,
+        stopped,
     })
 }
 
