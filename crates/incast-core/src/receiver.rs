@@ -165,7 +165,12 @@
 //!   policy chunks that does not fit the budget's room shrinks to it, if the room holds a
 //!   policy chunk: at 2 Gbit/s a 32 KiB fragment is one grant, the budget beside bulk
 //!   flows only two or three of them, and a grant waiting for the rest left it 55-65% full
-//!   (docs/measurements.md, *Thirteenth session*).
+//!   (docs/measurements.md, *Thirteenth session*). It does so only where the budget holds
+//!   fewer than [`GRANTS_PER_BUDGET`] grants of its size; in a larger budget it waits for
+//!   its room, which comes back soon. With several reads at once that budget is always
+//!   nearly full, so every grant found room for one policy chunk: 32 KiB fragments went in
+//!   1.2-2 grants each at 2.5 and 10 Gbit/s, on a machine whose CPU was the limit
+//!   (docs/measurements.md, *Sixty-second session*).
 //! - **Timeouts learn from spurious hedges.** A hedge whose original still completed first
 //!   doubles a port-wide multiplier of the grant timeouts (up to [`MAX_TIMEOUT_SCALE`]); a
 //!   hedge that won halves it. (Eifel/F-RTO do the same for TCP's RTO.) Both steps
@@ -3169,6 +3174,7 @@ impl Receiver {
             // A read alone on a port that reports no loss may take the room in one grant (see
             // `next_len`): a larger grant is a larger burst from its server.
             lone_room: (self.order.len() == 1 && !lossy).then(|| room.min(self.budget)),
+            budget: self.budget,
         }
     }
 

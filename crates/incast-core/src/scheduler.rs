@@ -533,7 +533,7 @@ pub fn escalate_within(srtt: Option<Duration>) -> Duration {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Gate {
     /// Bytes the port can still take under its budget (an enlarged grant of at most two
-    /// policy chunks shrinks to it, see `next_len`).
+    /// policy chunks shrinks to it in a budget of few such grants, see `next_len`).
     pub room: u64,
     /// Whether a grant may go to a server that has none of this read's grants (the port's
     /// sender cap).
@@ -575,6 +575,10 @@ pub(crate) struct Gate {
     /// other reads share the port, its servers reported loss lately, or no port sets a
     /// bound. See `next_len`.
     pub lone_room: Option<u64>,
+    /// The port's budget, bytes: an enlarged grant shrinks to the room only while the
+    /// budget holds fewer than [`crate::receiver::GRANTS_PER_BUDGET`] grants of its size
+    /// (see `next_len`; 0: no port sets a bound).
+    pub budget: u64,
 }
 
 impl Gate {
@@ -591,6 +595,7 @@ impl Gate {
         late_after: None,
         spread_chunk: None,
         lone_room: None,
+        budget: 0,
     };
     /// Admits no grant: polls cancels only.
     pub(crate) const CLOSED: Gate = Gate {
@@ -606,6 +611,7 @@ impl Gate {
         late_after: None,
         spread_chunk: None,
         lone_room: None,
+        budget: 0,
     };
 }
 
@@ -1886,7 +1892,13 @@ impl Scheduler {
     /// is only a few grants, and a grant waiting for room it half fits leaves a large share
     /// of the budget idle: beside 2 bulk flows at 2 Gbit/s the port's bytes outstanding
     /// averaged 55-65% of its budget, and shrinking lifted the reads by about 3 points of
-    /// the line rate (docs/measurements.md, *Thirteenth session*). The policy's chunk
+    /// the line rate (docs/measurements.md, *Thirteenth session*). Only there: a budget of
+    /// [`crate::receiver::GRANTS_PER_BUDGET`] such grants or more has room for the whole
+    /// grant again soon, and the grant waits for it. With many reads at once that budget is
+    /// always nearly full, so every grant found room for one policy chunk and went in two:
+    /// at 2.5 Gbit/s behind a 128 KiB port, 8-64 servers of 32 KiB fragments and 4-16 reads
+    /// (budgets of 80-290 KB), 1.3-1.95 grants per fragment on a machine whose CPU was the
+    /// limit (docs/measurements.md, *Sixty-second session*). The policy's chunk
     /// itself never shrinks to the room: at 1 Gbit/s, 16 KiB chunks split into pieces of
     /// 8-16 KiB meant 24% more grants, 1.5 times the switch drops and 1.6 points of the line
     /// rate lost on average over 18 rows (up to 6). Larger grants (a fast path's whole
@@ -1925,7 +1937,9 @@ impl Scheduler {
                 } else {
                     rest.min(chunk)
                 };
-                if len > gate.room && len <= self.max_grant.saturating_mul(2) && gate.room >= self.max_grant {
+                // A budget of many such grants has room again soon: the grant waits for it.
+                let few = gate.budget < len.saturating_mul(crate::receiver::GRANTS_PER_BUDGET);
+                if few && len > gate.room && len <= self.max_grant.saturating_mul(2) && gate.room >= self.max_grant {
                     gate.room
                 } else {
                     len
@@ -2771,6 +2785,38 @@ mod tests {
         assert_eq!(grants(20_000, 0, 15_000), [10_000, 10_000]);
         // A grant of more than two policy chunks (a fast path's) waits for its room.
         assert_eq!(grants(25_000, 15_000, 20_000), Vec::<u64>::new());
+    }
+
+    #[test]
+    fn an_enlarged_grant_waits_for_its_room_in_a_budget_of_many_such_grants() {
+        // Policy chunk 10,000, enlarged to 12,000: a 20,000-byte fragment is one grant, and
+        // 15,000 bytes of room are left in a budget of `budget`.
+        let grants = |budget: u64| {
+            grant_lens(
+                20_000,
+                10_000,
+                Gate {
+                    grant: 12_000,
+                    room: 15_000,
+                    budget,
+                    ..Gate::OPEN
+                },
+            )
+        };
+        // Under GRANTS_PER_BUDGET such grants the budget is a few grants: it shrinks to the
+        // room rather than leave the budget idle.
+        let many = 20_000 * crate::receiver::GRANTS_PER_BUDGET;
+        assert_eq!(grants(many - 1), [15_000, 5_000]);
+        // From GRANTS_PER_BUDGET on, room comes back soon: one request, not two.
+        assert_eq!(grants(many), Vec::<u64>::new());
+        // With the whole grant's room, it goes at once either way.
+        let roomy = Gate {
+            grant: 12_000,
+            room: 20_000,
+            budget: many,
+            ..Gate::OPEN
+        };
+        assert_eq!(grant_lens(20_000, 10_000, roomy), [20_000]);
     }
 
     #[test]
