@@ -3173,7 +3173,7 @@ impl Receiver {
             spread_chunk: (lossy && !ours).then(|| (self.budget / SPREAD_GRANTS_PER_BUDGET).max(MIN_CHUNK)),
             // A read alone on a port that reports no loss may take the room in one grant (see
             // `next_len`): a larger grant is a larger burst from its server.
-            lone_room: (self.order.len() == 1 && !lossy).then(|| room.min(self.budget)),
+            lone: self.order.len() == 1 && !lossy,
             budget: self.budget,
         }
     }

@@ -570,11 +570,10 @@ pub(crate) struct Gate {
     /// budget in chunks of this size and starts its untouched fragments before it pipelines
     /// on started ones (see "Spreading a small budget" in [`crate::receiver`]).
     pub spread_chunk: Option<u64>,
-    /// When this read is the only one on a port that reports no loss: the bytes its lone
-    /// fragment may take in one grant now (the port's room, at most its budget). `None`:
-    /// other reads share the port, its servers reported loss lately, or no port sets a
-    /// bound. See `next_len`.
-    pub lone_room: Option<u64>,
+    /// Whether this read is the only one on a port that reports no loss: its lone fragment
+    /// may then take the room, at most the budget, in one grant (`false`: other reads share
+    /// the port, its servers reported loss lately, or no port sets a bound). See `next_len`.
+    pub lone: bool,
     /// The port's budget, bytes: an enlarged grant shrinks to the room only while the
     /// budget holds fewer than [`crate::receiver::GRANTS_PER_BUDGET`] grants of its size
     /// (see `next_len`; 0: no port sets a bound).
@@ -594,7 +593,7 @@ impl Gate {
         escalate_within: None,
         late_after: None,
         spread_chunk: None,
-        lone_room: None,
+        lone: false,
         budget: 0,
     };
     /// Admits no grant: polls cancels only.
@@ -610,7 +609,7 @@ impl Gate {
         escalate_within: None,
         late_after: None,
         spread_chunk: None,
-        lone_room: None,
+        lone: false,
         budget: 0,
     };
 }
@@ -1905,7 +1904,7 @@ impl Scheduler {
     /// 256 KiB fragment) wait: there the budget is many grants, and shrinking split loopback
     /// fragments into 1.3-2.0 grants each, where one request is the cheapest.
     ///
-    /// A read of one fragment, alone on the port (`gate.lone_room`), shares the budget with
+    /// A read of one fragment, alone on the port (`gate.lone`), shares the budget with
     /// no one: where the port enlarges its chunks, the fragment takes its whole rest in one
     /// grant when that fits the room, and otherwise half the budget (`max_chunk`), so two
     /// grants are in flight, one transferring while the next one's request travels. The
@@ -1915,7 +1914,7 @@ impl Scheduler {
     /// the measured rate's bandwidth-delay product, stayed at 100-500 KB), and read
     /// 0.56-0.77x of `naive`'s goodput (docs/measurements.md, *Sixty-first session*).
     /// Bytes in flight stay within the budget either way; only the number of requests
-    /// changes, and the size of each server's bursts: so the port gives no `lone_room`
+    /// changes, and the size of each server's bursts: so the port does not set `lone`
     /// while its servers report loss (at 2.5 Gbit/s behind a 16 KiB port, with the hosts'
     /// NICs at 10 Gbit/s, half-budget chunks dropped 3.3 times the packets of quarter-budget
     /// ones for the same goodput).
@@ -1929,7 +1928,8 @@ impl Scheduler {
             None if self.chunked => {
                 let chunk = self.max_grant.max(min_chunk).min(max_chunk.max(1));
                 let enlarged = min_chunk > self.max_grant;
-                if let (true, Some(lone), 1, None) = (enlarged, gate.lone_room, self.frags.len(), spread) {
+                if enlarged && gate.lone && self.frags.len() == 1 && spread.is_none() {
+                    let lone = gate.room.min(gate.budget);
                     return if rest <= lone { rest } else { rest.min(max_chunk.max(1)) };
                 }
                 let len = if enlarged && (rest < chunk.saturating_mul(2) || rest <= max_chunk.min(gate.whole_rest)) {
@@ -2740,7 +2740,8 @@ mod tests {
             grant,
             max_chunk: 25_000,
             whole_rest: 25_000,
-            lone_room: Some(60_000),
+            lone: true,
+            budget: 60_000,
             spread_chunk: spread,
             ..Gate::OPEN
         };
@@ -2750,9 +2751,9 @@ mod tests {
         // Not enlarged, the policy's chunk stays the bound; spreading keeps its chunks.
         assert_eq!(grant_lens(3_000, 1_000, gate(0, None)), [1_000; 3]);
         assert_eq!(grant_lens(30_000, 20_000, gate(30_000, Some(5_000))), [5_000; 6]);
-        // Without `lone_room` (other reads share the port) the quarter-budget chunks stand.
+        // Not `lone` (other reads share the port) the quarter-budget chunks stand.
         let shared = Gate {
-            lone_room: None,
+            lone: false,
             ..gate(10_000, None)
         };
         assert_eq!(
