@@ -11,7 +11,9 @@
 //! closed), at most [`ServerConfig::max_outstanding`] queued requests per connection (beyond
 //! that the server stops reading the socket, so TCP pushes back), requests of at most
 //! [`ServerConfig::max_request_bytes`]. A malformed frame gets a connection-level `Error` and
-//! the connection is closed; other connections are not affected.
+//! the connection is closed; other connections are not affected. An `accept` the kernel
+//! refuses for want of descriptors or memory is tried again after [`ACCEPT_BACKOFF`] instead
+//! of at once (the listener stays readable meanwhile, and the loop spun a core).
 //!
 //! **Read-ahead.** Requests are answered in order, but a request that arrives while others are
 //! queued ahead of it has its store read started at once (in a task of its own unless the
@@ -109,6 +111,12 @@ pub const DEFAULT_ANSWER_TTL: Duration = Duration::from_secs(10);
 /// Default bytes of queued requests a connection reads from the store ahead of their turn
 /// (2 MiB; see *Read-ahead* in the module docs).
 pub const DEFAULT_READ_AHEAD_BYTES: u64 = 2 << 20;
+/// How long the accept loop waits after the kernel refused to accept for want of a file
+/// descriptor or memory (10 ms). The connection stays in the listener's backlog and the
+/// listener stays readable, so accepting again at once spins a core until a descriptor
+/// frees (hyper's server sleeps 1 s on such errors); the wait is short, as the client's
+/// handshake has completed and its request is waiting.
+pub const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
 
 /// Why a server configuration was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -382,6 +390,10 @@ pub struct ServerStats {
     /// Responses whose `End` rode in the write of their last `Data` frame, on a connection
     /// that showed no loss lately (see the module docs, *Where the `End` goes*).
     pub merged_ends: AtomicU64,
+    /// Connections the kernel would not hand over (`accept` failed: out of file descriptors
+    /// or memory, or the client reset it first); after one for want of resources the loop
+    /// waits [`ACCEPT_BACKOFF`].
+    pub accept_errors: AtomicU64,
 }
 
 /// A running server. Dropping the handle detaches the server: it keeps serving until the
@@ -700,7 +712,16 @@ async fn accept_loop<S: FragmentStore>(listener: TcpListener, ctx: Arc<Ctx<S>>, 
             _ = shutdown_signal(&mut shutdown) => break,
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
             accepted = listener.accept() => {
-                let Ok((stream, _peer)) = accepted else { continue };
+                let (stream, _peer) = match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        ctx.stats.accept_errors.fetch_add(1, Ordering::Relaxed);
+                        if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)) {
+                            tokio::time::sleep(ACCEPT_BACKOFF).await;
+                        }
+                        continue;
+                    }
+                };
                 match limit.clone().try_acquire_owned() {
                     Ok(permit) => {
                         ctx.stats.connections.fetch_add(1, Ordering::Relaxed);

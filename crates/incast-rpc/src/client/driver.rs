@@ -283,6 +283,10 @@ type Connecting =
 enum OpenError {
     /// The grants waiting for it fail with this cause (and may be retried).
     Failed(String),
+    /// The process had no file descriptor left for the socket (`EMFILE`, `ENFILE`): the
+    /// opening closes the client's idle connections and tries once more (see
+    /// [`Client::close_idle`]), then fails as [`OpenError::Failed`].
+    NoDescriptor(String),
     /// The read cannot go on (a refused certificate).
     #[cfg_attr(not(feature = "tls"), allow(dead_code))]
     Fatal(FanInError),
@@ -724,7 +728,7 @@ impl<'a> Driver<'a> {
                 }
                 (stream, tls)
             }
-            Err(OpenError::Failed(why)) => {
+            Err(OpenError::Failed(why) | OpenError::NoDescriptor(why)) => {
                 for g in waiting {
                     self.grant_failed(now, g.id, why.clone());
                 }
@@ -1010,15 +1014,33 @@ impl<'a> Driver<'a> {
         let tls = self.client.config.tls.clone();
         #[cfg(not(feature = "tls"))]
         let tls: TlsSettings = None;
+        let idle = self.client.idle.clone();
+        let counters = self.client.counters.clone();
         self.connecting.push(Box::pin(async move {
             let began = Instant::now();
-            let result = tokio::time::timeout(timeout, connect(server, addr, &tuning, tls))
-                .await
-                .unwrap_or_else(|_| {
-                    Err(OpenError::Failed(format!(
-                        "connecting to {server} at {addr}: no answer within {timeout:?}"
-                    )))
-                });
+            let mut shed = false;
+            let result = loop {
+                let result = tokio::time::timeout(timeout, connect(server, addr, &tuning, tls.clone()))
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(OpenError::Failed(format!(
+                            "connecting to {server} at {addr}: no answer within {timeout:?}"
+                        )))
+                    });
+                // Out of descriptors: the pool's idle connections give theirs back, once.
+                match result {
+                    Err(OpenError::NoDescriptor(why)) if !shed => {
+                        shed = true;
+                        let closed = super::shed(&idle);
+                        if closed == 0 {
+                            break Err(OpenError::Failed(format!("{why} (no idle connection to close)")));
+                        }
+                        counters.pool_shed.fetch_add(closed as u64, std::sync::atomic::Ordering::Relaxed);
+                        crate::trace::event!(warn, server = %server, closed, "out of file descriptors: closed the idle connections");
+                    }
+                    result => break result,
+                }
+            };
             // The local port ties the connection to what `ss` or a packet capture shows.
             crate::trace::event!(debug, server = %server, local_port = result.as_ref().ok().and_then(|o| o.0.local_addr().ok()).map_or(0, |a| a.port()), took_us = began.elapsed().as_micros() as u64, ok = result.is_ok(), "connected");
             (server, lane, addr, result, began)
@@ -1671,7 +1693,13 @@ async fn connect(
     tuning: &SocketTuning,
     tls: TlsSettings,
 ) -> Result<Opened, OpenError> {
-    let failed = |e: io::Error| OpenError::Failed(format!("connecting to {server} at {addr}: {e}"));
+    let failed = |e: io::Error| {
+        let why = format!("connecting to {server} at {addr}: {e}");
+        match e.raw_os_error() {
+            Some(nix::libc::EMFILE | nix::libc::ENFILE) => OpenError::NoDescriptor(why),
+            _ => OpenError::Failed(why),
+        }
+    };
     let (stream, report) = handshake(server, addr, tuning).await.map_err(failed)?;
     // Receive timestamps say how long a response's first bytes waited for the client (see
     // `Conn::waited`); a socket that refuses them reads without.

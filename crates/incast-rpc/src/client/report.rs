@@ -273,6 +273,9 @@ pub struct ClientCounters {
     pub connections_drained: u64,
     /// Such connections reset after all: silent too long, or a malformed frame.
     pub drains_reset: u64,
+    /// Idle pooled connections closed because opening a connection found the process out
+    /// of file descriptors (see [`crate::Client::close_idle`]).
+    pub pool_shed: u64,
 }
 
 /// The client's running totals behind [`ClientCounters`].
@@ -291,6 +294,7 @@ pub(crate) struct Counters {
     quic_loss_events: AtomicU64,
     pub(crate) connections_drained: AtomicU64,
     pub(crate) drains_reset: AtomicU64,
+    pub(crate) pool_shed: AtomicU64,
 }
 
 impl Counters {
@@ -334,6 +338,7 @@ impl Counters {
             quic_loss_events: get(&self.quic_loss_events),
             connections_drained: get(&self.connections_drained),
             drains_reset: get(&self.drains_reset),
+            pool_shed: get(&self.pool_shed),
         }
     }
 }
