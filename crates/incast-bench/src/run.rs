@@ -598,6 +598,13 @@ impl Reader {
         ))
     }
 
+    /// Closes the client's idle pooled connections (see `Client::close_idle`).
+    pub fn close_idle(&self) {
+        if let Reader::Library(c, _) = self {
+            c.close_idle();
+        }
+    }
+
     /// The client-wide receiver's counters so far (`None`: no port, or the blocking client).
     fn port_stats(&self) -> Option<incast_core::receiver::ReceiverStats> {
         match self {
