@@ -1020,6 +1020,8 @@ impl<'a> Driver<'a> {
             let began = Instant::now();
             let mut shed = false;
             let result = loop {
+                // Without the `tls` feature the settings are a `Copy` unit.
+                #[cfg_attr(not(feature = "tls"), allow(clippy::clone_on_copy))]
                 let result = tokio::time::timeout(timeout, connect(server, addr, &tuning, tls.clone()))
                     .await
                     .unwrap_or_else(|_| {
