@@ -1185,6 +1185,35 @@ async fn on_a_lossy_port_a_silent_connection_owing_only_cancelled_responses_is_r
     );
 }
 
+/// A pooled connection idle past the pool's timeout is closed, not handed to the next read;
+/// one idle for less is reused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_idle_past_the_pools_timeout_is_not_reused() {
+    let e = ClientConfig::builder()
+        .pool_idle_timeout(Duration::ZERO)
+        .build()
+        .unwrap_err();
+    assert!(e.to_string().contains("pool_idle_timeout"), "{e}");
+    let timeout = Duration::from_millis(500);
+    let cfg = ClientConfig::builder().pool_idle_timeout(timeout).build().unwrap();
+    let lens = [1000, 3000];
+    let c = cluster(&lens, &[], cfg).await;
+    let (stripe, policy) = (stripe_of(&lens), Policy::naive());
+    let read = || c.client.fan_in_read(&stripe, &policy);
+    let first = read().await.unwrap();
+    assert_eq!(first.report.connects, 2);
+    assert_eq!(c.client.idle_connections(), 2);
+    // Idle for less than the timeout: reused.
+    let again = read().await.unwrap();
+    assert_eq!(again.report.connects, 0);
+    tokio::time::sleep(timeout + Duration::from_millis(200)).await;
+    // Idle past it: closed, and the read opens new ones.
+    let late = read().await.unwrap();
+    assert!(late.block == expected(&lens));
+    assert_eq!(late.report.connects, 2);
+    assert_eq!(c.client.idle_connections(), 2);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_stalling_mid_frame_is_disconnected_and_others_are_served() {
     let store = MemStore::new();

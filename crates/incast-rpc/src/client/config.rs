@@ -11,6 +11,9 @@ use crate::tune::SocketTuning;
 pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default connect timeout (2 s).
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Default time an idle pooled connection is kept (90 s, as hyper's client pool): a read
+/// that finds one older opens a new one, and the old one is closed.
+pub const DEFAULT_POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// Default largest block a read may allocate (4 GiB).
 pub const DEFAULT_MAX_BLOCK_BYTES: u64 = 4 << 30;
 
@@ -46,6 +49,7 @@ impl Transport {
 pub struct ClientConfig {
     pub(super) read_timeout: Duration,
     pub(super) connect_timeout: Duration,
+    pub(super) pool_idle_timeout: Duration,
     pub(super) max_block_bytes: u64,
     pub(super) tuning: SocketTuning,
     pub(super) rearm_quickack: bool,
@@ -75,6 +79,10 @@ impl ClientConfig {
     /// Deadline of one read.
     pub fn read_timeout(&self) -> Duration {
         self.read_timeout
+    }
+    /// How long an idle pooled connection is kept ([`ClientConfigBuilder::pool_idle_timeout`]).
+    pub fn pool_idle_timeout(&self) -> Duration {
+        self.pool_idle_timeout
     }
     /// The transport.
     pub fn transport(&self) -> Transport {
@@ -135,6 +143,7 @@ impl Default for ClientConfigBuilder {
             cfg: ClientConfig {
                 read_timeout: DEFAULT_READ_TIMEOUT,
                 connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+                pool_idle_timeout: DEFAULT_POOL_IDLE_TIMEOUT,
                 max_block_bytes: DEFAULT_MAX_BLOCK_BYTES,
                 tuning: SocketTuning::client(),
                 rearm_quickack: true,
@@ -162,6 +171,14 @@ impl ClientConfigBuilder {
     /// Connect timeout. Default [`DEFAULT_CONNECT_TIMEOUT`]; range 1 ms ..= 1 minute.
     pub fn connect_timeout(mut self, d: Duration) -> Self {
         self.cfg.connect_timeout = d;
+        self
+    }
+    /// How long an idle pooled connection is kept: a connection idle longer is closed when
+    /// the pool is next used for its server, instead of being handed to a read (its server
+    /// may have dropped it meanwhile, and it holds a descriptor). Default
+    /// [`DEFAULT_POOL_IDLE_TIMEOUT`]; range 1 ms ..= 1 day.
+    pub fn pool_idle_timeout(mut self, d: Duration) -> Self {
+        self.cfg.pool_idle_timeout = d;
         self
     }
     /// Largest block a read may allocate, bytes. Default [`DEFAULT_MAX_BLOCK_BYTES`]; range
@@ -263,6 +280,13 @@ impl ClientConfigBuilder {
         }
         if c.connect_timeout < ms || c.connect_timeout > Duration::from_secs(60) {
             return bad("connect_timeout", format!("{:?}", c.connect_timeout), "1 ms..=60 s");
+        }
+        if c.pool_idle_timeout < ms || c.pool_idle_timeout > Duration::from_secs(86_400) {
+            return bad(
+                "pool_idle_timeout",
+                format!("{:?}", c.pool_idle_timeout),
+                "1 ms..=1 day",
+            );
         }
         if c.max_block_bytes == 0 || c.max_block_bytes > 1 << 40 {
             return bad("max_block_bytes", c.max_block_bytes.to_string(), "1..=2^40");

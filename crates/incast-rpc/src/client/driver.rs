@@ -210,6 +210,14 @@ pub(super) struct Conn {
     pub(super) runtime: tokio::runtime::Id,
 }
 
+impl Conn {
+    /// Whether the connection has been idle `timeout` or longer at `now` (a pooled
+    /// connection's last progress is when it went idle).
+    pub(super) fn idle_past(&self, now: Instant, timeout: Duration) -> bool {
+        now.saturating_duration_since(self.quiet_since) >= timeout
+    }
+}
+
 /// Whose responses the counters a server's socket took after a connection's last `End`
 /// (its `counters`) belong to, when the next `End` says how many were taken before its
 /// response began ([`crate::wire::StartCounters`]): the RTO that repairs a lost tail fires
@@ -1622,6 +1630,8 @@ impl<'a> Driver<'a> {
     /// Returns clean, idle connections to the pool, hands those that owe only cancelled
     /// responses to a drain (see [`drain`]), and drops the rest.
     pub(super) fn release_connections(&mut self) {
+        let now = Instant::now();
+        let timeout = self.client.config.pool_idle_timeout;
         let mut idle = self.client.idle.lock().unwrap_or_else(|e| e.into_inner());
         let mut owing = Vec::new();
         for c in self.conns.drain(..) {
@@ -1629,9 +1639,12 @@ impl<'a> Driver<'a> {
             // A server that left or moved during the read keeps no pooled connection.
             let member = self.client.addr_of(c.server) == Some(c.addr);
             if !c.broken && c.inflight.is_empty() && c.out.is_empty() && clean && member {
-                idle.entry((c.server, c.lane))
-                    .or_default()
-                    .push(Conn { waiting: false, ..c });
+                let lane = idle.entry((c.server, c.lane)).or_default();
+                // The oldest are first: those idle past the pool's timeout are closed.
+                while lane.first().is_some_and(|o| o.idle_past(now, timeout)) {
+                    lane.remove(0);
+                }
+                lane.push(Conn { waiting: false, ..c });
             } else if !c.inflight.is_empty() && member {
                 owing.push(c);
             } else if !c.inflight.is_empty() {

@@ -85,7 +85,7 @@ mod stream;
 
 pub use config::{
     ClientConfig, ClientConfigBuilder, ClientConfigError, Transport, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_BLOCK_BYTES,
-    DEFAULT_READ_TIMEOUT,
+    DEFAULT_POOL_IDLE_TIMEOUT, DEFAULT_READ_TIMEOUT,
 };
 pub use dest::CompletedFragment;
 use dest::Dest;
@@ -268,7 +268,9 @@ impl Client {
     /// The pool keeps every connection a read leaves clean, so it holds about as many per
     /// server as the most reads that ran at once: 128 reads of 64 servers leave 8,192. That
     /// saves each later read a handshake and a slow start; this call gives the descriptors
-    /// back when the process needs them elsewhere. A client does it by itself when opening a
+    /// back when the process needs them elsewhere. A connection idle longer than
+    /// [`ClientConfigBuilder::pool_idle_timeout`] (90 s by default) is closed when the pool
+    /// is next used for its server and lane. A client does it by itself when opening a
     /// connection finds the process out of descriptors (`EMFILE`, `ENFILE`): it closes its
     /// idle connections and tries once more ([`ClientCounters::pool_shed`]).
     ///
@@ -535,9 +537,12 @@ impl Client {
     /// runtimes are dropped: their runtime may have shut down, and a socket whose reactor is
     /// gone never becomes ready.
     fn take_idle(&self, key: (ServerId, Lane), rt: tokio::runtime::Id) -> Option<Conn> {
+        let now = Instant::now();
+        let timeout = self.config.pool_idle_timeout;
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         let conns = idle.get_mut(&key)?;
-        conns.retain(|c| c.runtime == rt);
+        // Idle past the pool's timeout: closed, not handed out (see `pool_idle_timeout`).
+        conns.retain(|c| c.runtime == rt && !c.idle_past(now, timeout));
         conns.pop()
     }
 }
