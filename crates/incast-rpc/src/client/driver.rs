@@ -1630,8 +1630,6 @@ impl<'a> Driver<'a> {
     /// Returns clean, idle connections to the pool, hands those that owe only cancelled
     /// responses to a drain (see [`drain`]), and drops the rest.
     pub(super) fn release_connections(&mut self) {
-        let now = Instant::now();
-        let timeout = self.client.config.pool_idle_timeout;
         let mut idle = self.client.idle.lock().unwrap_or_else(|e| e.into_inner());
         let mut owing = Vec::new();
         for c in self.conns.drain(..) {
@@ -1639,12 +1637,11 @@ impl<'a> Driver<'a> {
             // A server that left or moved during the read keeps no pooled connection.
             let member = self.client.addr_of(c.server) == Some(c.addr);
             if !c.broken && c.inflight.is_empty() && c.out.is_empty() && clean && member {
-                let lane = idle.entry((c.server, c.lane)).or_default();
-                // The oldest are first: those idle past the pool's timeout are closed.
-                while lane.first().is_some_and(|o| o.idle_past(now, timeout)) {
-                    lane.remove(0);
-                }
-                lane.push(Conn { waiting: false, ..c });
+                // Those idle past the pool's timeout go when the pool is next asked for this
+                // server and lane (`Client::take_idle`), as every read asks before it gives back.
+                idle.entry((c.server, c.lane))
+                    .or_default()
+                    .push(Conn { waiting: false, ..c });
             } else if !c.inflight.is_empty() && member {
                 owing.push(c);
             } else if !c.inflight.is_empty() {
