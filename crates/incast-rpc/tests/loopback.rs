@@ -1214,6 +1214,32 @@ async fn a_connection_idle_past_the_pools_timeout_is_not_reused() {
     assert_eq!(c.client.idle_connections(), 2);
 }
 
+/// A connection idle past the pool's timeout to a server no read asks for again is closed
+/// by a later read's sweep of the pool, not kept (with its descriptor) until the process
+/// runs out of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_closes_connections_idle_past_the_pools_timeout_to_other_servers() {
+    let timeout = Duration::from_millis(400);
+    let cfg = ClientConfig::builder().pool_idle_timeout(timeout).build().unwrap();
+    let lens = [1000, 3000];
+    let c = cluster(&lens, &[], cfg).await;
+    let policy = Policy::naive();
+    let both = c.client.fan_in_read(&stripe_of(&lens), &policy).await.unwrap();
+    assert_eq!(both.report.connects, 2);
+    assert_eq!(c.client.idle_connections(), 2);
+    // Past the timeout, a read of server 0 alone: server 1's connection goes too.
+    tokio::time::sleep(timeout + Duration::from_millis(200)).await;
+    let first = Stripe::new(vec![Fragment::new(ServerId(0), "blk", 0, 1000)]).unwrap();
+    let out = c.client.fan_in_read(&first, &policy).await.unwrap();
+    assert!(out.block == object(0, 1000));
+    assert_eq!(out.report.connects, 1, "server 0's own connection was stale too");
+    assert_eq!(
+        c.client.idle_connections(),
+        1,
+        "server 1's stale connection is still pooled"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_stalling_mid_frame_is_disconnected_and_others_are_served() {
     let store = MemStore::new();

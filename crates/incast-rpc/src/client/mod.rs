@@ -85,7 +85,7 @@ mod stream;
 
 pub use config::{
     ClientConfig, ClientConfigBuilder, ClientConfigError, Transport, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_BLOCK_BYTES,
-    DEFAULT_POOL_IDLE_TIMEOUT, DEFAULT_READ_TIMEOUT,
+    DEFAULT_POOL_IDLE_TIMEOUT, DEFAULT_READ_TIMEOUT, POOL_SWEEPS_PER_TIMEOUT,
 };
 pub use dest::CompletedFragment;
 use dest::Dest;
@@ -121,6 +121,9 @@ pub struct Client {
     #[cfg(feature = "quic")]
     quic: Option<Arc<crate::quic::QuicClient>>,
     idle: Idle,
+    /// When a read last swept the whole pool for connections idle past its timeout (see
+    /// `Client::take_idle`). Locked only with `idle` held.
+    swept: Mutex<Instant>,
     last_tuning: Mutex<Option<String>>,
     reads: AtomicU64,
     /// The high half of every read's hedging seed: the process id, read once (`getpid` is a
@@ -160,6 +163,7 @@ impl Client {
                 .then(|| Arc::new(Port::new(config.receiver.clone(), config.port_counter))),
             config,
             idle: Arc::default(),
+            swept: Mutex::new(Instant::now()),
             last_tuning: Mutex::new(None),
             rtt: Mutex::new(None),
             reads: AtomicU64::new(0),
@@ -270,7 +274,8 @@ impl Client {
     /// saves each later read a handshake and a slow start; this call gives the descriptors
     /// back when the process needs them elsewhere. A connection idle longer than
     /// [`ClientConfigBuilder::pool_idle_timeout`] (90 s by default) is closed when the pool
-    /// is next used for its server and lane. A client does it by itself when opening a
+    /// is next used for its server and lane, or when a read next sweeps the pool (at most
+    /// [`POOL_SWEEPS_PER_TIMEOUT`] times per timeout). A client does it by itself when opening a
     /// connection finds the process out of descriptors (`EMFILE`, `ENFILE`): it closes its
     /// idle connections and tries once more ([`ClientCounters::pool_shed`]).
     ///
@@ -536,10 +541,36 @@ impl Client {
     /// An idle connection to `key` registered with runtime `rt`. Idle connections of other
     /// runtimes are dropped: their runtime may have shut down, and a socket whose reactor is
     /// gone never becomes ready.
+    ///
+    /// At most once per timeout over [`POOL_SWEEPS_PER_TIMEOUT`] (45 s by default), the call
+    /// also closes the connections idle past the pool's timeout to every other server and
+    /// lane: a
+    /// service whose reads move on to other servers (a stripe's placement changes, a server
+    /// leaves) would otherwise keep their connections, and their descriptors, until the
+    /// process runs out. The sweep rides on the reads instead of a task of its own (hyper's
+    /// pool spawns one): it needs no runtime of its own and costs nothing between reads,
+    /// at the price that a client nobody reads with keeps its idle connections until its
+    /// next read, [`Client::close_idle`] or its drop.
     fn take_idle(&self, key: (ServerId, Lane), rt: tokio::runtime::Id) -> Option<Conn> {
         let now = Instant::now();
         let timeout = self.config.pool_idle_timeout;
+        // Declared before the lock's guard, so the sockets close after it is released (a
+        // close may take the kernel a while).
+        let mut stale: Vec<Conn> = Vec::new();
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let mut swept = self.swept.lock().unwrap_or_else(|e| e.into_inner());
+        if now.saturating_duration_since(*swept) >= timeout / POOL_SWEEPS_PER_TIMEOUT {
+            *swept = now;
+            idle.retain(|_, conns| {
+                let (old, keep) = std::mem::take(conns)
+                    .into_iter()
+                    .partition(|c| c.idle_past(now, timeout));
+                stale.extend::<Vec<Conn>>(old);
+                *conns = keep;
+                !conns.is_empty()
+            });
+        }
+        drop(swept);
         let conns = idle.get_mut(&key)?;
         // Idle past the pool's timeout: closed, not handed out (see `pool_idle_timeout`).
         conns.retain(|c| c.runtime == rt && !c.idle_past(now, timeout));
