@@ -139,7 +139,9 @@
 //!   trip from 16 KiB). After the first decrease, by [`ADDITIVE_INCREASE`] bytes per budget's
 //!   worth of delivered bytes (about one grant per round trip). Growth stops at
 //!   [`OVERCOMMIT`] times the port rate's bandwidth-delay product plus the target queue
-//!   (Homa's RTTbytes and overcommitment): more would only queue. The port's rate, not the
+//!   (Homa's RTTbytes and overcommitment): more would only queue. Its round trip is the
+//!   servers' quickest answer, or on a port clean of loss their usual one (see *Host time is
+//!   not the port's queue*). The port's rate, not the
 //!   receiver's own: sharing the port with bulk flows, the reads' own rate made the cap
 //!   shrink with their share, and the share with the cap. B never goes below
 //!   its floor (see *A floor that follows the path*) nor above
@@ -242,6 +244,23 @@
 //!
 //!   On this testbed the servers share the client's two cores, so their hold is partly
 //!   the client's CPU too; under `bbr` the grid read 0.965 with this cap.
+//!
+//!   **The usual answer on a clean port.** The smallest first-byte time holds the servers'
+//!   quickest answer, and Little's law asks for their usual one. On loopback, where
+//!   `naive`'s requests all wait at the servers, the hosts took a mean 0.3-0.55 ms over a
+//!   base of 45-70 us, and the cap held the budget of reads of 256 KiB fragments at
+//!   1.3-1.6 MiB (five or six fragments). Where the port's servers reported no loss for
+//!   [`CLEAN_PORT_WINDOW`], the cap's round trip is the path's base plus the servers'
+//!   smoothed host time (their hold less their stores' part), when that is longer: over
+//!   must-show 4's loopback grid, 16 alternated rounds a cell, 1.03-1.16x of the goodput
+//!   by cell (1.06x by geometric mean; docs/measurements.md, *Sixty-fourth session*). Only
+//!   there: the servers' time grows with the requests queued at them, so a cap that
+//!   follows it feeds itself until the port overflows. Behind the testbed's 32 KiB port at
+//!   1 Gbit/s it read 1.03x over 18 rows with 67 times the switch drops without the
+//!   window, 1.03x with 6.5 times them with a window of 1 s, and 1.00x with 1.6 times them
+//!   with this one (no kernel RTO in any): a port that overflows is answered by the
+//!   quickest answer's cap, and one that has not for ten seconds has room for the usual
+//!   one.
 //! - **The round trip stays whole** for the smoothed RTT (stall timers, the loss rule's
 //!   window) and for the test for a standing queue of other traffic (*A deep queue of
 //!   other traffic*), whose competing cap is a smoothed round trip at the port's rate.
@@ -1359,6 +1378,10 @@ pub const CREDIT_WAKE: Duration = Duration::from_millis(1);
 /// [`crate::scheduler::escalate_within`] (see "Stalls on a lossy port" in the module docs),
 /// and stalls count as loss (see "Stalls count where loss is reported").
 pub const LOSSY_PORT_WINDOW: Duration = Duration::from_secs(1);
+/// How long a port must go without a loss its servers report before the growth cap covers
+/// the servers' usual answer time, not only their quickest (10 s, as [`BASE_RTT_WINDOW`]):
+/// see "The growth cap covers the servers, not the client" in the module docs.
+pub const CLEAN_PORT_WINDOW: Duration = Duration::from_secs(10);
 /// A grant without progress for this many smoothed first-byte times past its expected
 /// arrival is late (2), once the queue is not the receiver's own: see "Late grants leave the
 /// budget" in the module docs.
@@ -2048,6 +2071,10 @@ pub struct Receiver {
     /// The smallest first-byte time less the client's own wait within [`BASE_RTT_WINDOW`]:
     /// the base RTT of the bandwidth-delay product, the servers' hold included.
     served_base: Option<(Duration, Instant)>,
+    /// The servers' host time (their hold less their stores' part), smoothed as the RTT is
+    /// (gain 1/8): their usual answer, which the growth cap covers on a port clean for
+    /// [`CLEAN_PORT_WINDOW`].
+    host_srtt: Option<Duration>,
     /// Per server, the hold its clean first bytes showed lately (see "A slow store is not a
     /// stall" in the module docs); at most [`MAX_LEARNT_HOLDS`] servers.
     holds: HashMap<ServerId, Duration>,
@@ -2189,6 +2216,7 @@ impl Receiver {
             base_rtt: None,
             path_base: None,
             served_base: None,
+            host_srtt: None,
             holds: HashMap::new(),
             port_hold: None,
             held_credit: 0,
@@ -3450,6 +3478,11 @@ impl Receiver {
             return;
         }
         let path = served.saturating_sub(host.server);
+        let own = host.server.saturating_sub(host.store.unwrap_or_default());
+        self.host_srtt = Some(match self.host_srtt {
+            None => own,
+            Some(x) => x.mul_f64(0.875) + own.mul_f64(0.125),
+        });
         self.path_srtt = Some(match self.path_srtt {
             None => path,
             Some(x) => x.mul_f64(0.875) + path.mul_f64(0.125),
@@ -3847,6 +3880,21 @@ impl Receiver {
         Some(rate * (rtt + queue).as_secs_f64())
     }
 
+    /// The bandwidth-delay product the growth cap is made of, bytes: [`Self::bdp`], whose
+    /// round trip is the servers' quickest answer, or, on a port whose servers reported no
+    /// loss for [`CLEAN_PORT_WINDOW`], the path's base plus their usual (smoothed) host time
+    /// where that is longer (see "The growth cap covers the servers, not the client" in the
+    /// module docs). `None` until measured.
+    fn cap_bdp(&self, now: Instant) -> Option<f64> {
+        let quickest = self.bdp(now)?;
+        let clean = self.last_loss_report.is_none_or(|t| now >= t + CLEAN_PORT_WINDOW);
+        let usual = match (clean, self.path_base, self.host_srtt, self.link_rate()) {
+            (true, Some((path, _)), Some(host), Some(rate)) => rate * (path + host + self.target(now)).as_secs_f64(),
+            _ => 0.0,
+        };
+        Some(quickest.max(usual))
+    }
+
     fn grow(&mut self, now: Instant, delivered: u64) {
         if !self.config.adaptive {
             return;
@@ -3857,7 +3905,7 @@ impl Receiver {
         // smoothed first-byte time in place of the base RTT let the budget reach 177 KiB at
         // 256 senders on the testbed, with 40% more drops and 5% less goodput, and did not
         // lift 16 concurrent loopback reads, which the delay hold keeps down.)
-        if let Some(bdp) = self.bdp(now) {
+        if let Some(bdp) = self.cap_bdp(now) {
             let mut cap = OVERCOMMIT * bdp;
             // Competing, a grant's round trip is the smoothed RTT, the other traffic's
             // standing queue included: the budget may hold one such round trip at the
@@ -5167,6 +5215,51 @@ mod tests {
         rx.on_bytes(now, k, g1.id, g1.len - 1).unwrap();
         rx.on_done(now, k, g1.id).unwrap();
         assert!(rx.budget() > b0, "grew: {b0} -> {}", rx.budget());
+    }
+
+    /// On a port whose servers reported no loss for [`CLEAN_PORT_WINDOW`], growth stops at
+    /// the servers' usual answer (the path's base plus their smoothed host time), not at
+    /// their quickest; after a reported loss, at their quickest again.
+    #[test]
+    fn the_growth_cap_covers_the_servers_usual_answer_on_a_port_clean_of_loss() {
+        // A 1 Gbit/s port (125 bytes per us), 50 us of path, servers that answer in 50 or
+        // 950 us in turn: the quickest first byte 100 us, the usual host time about 500 us.
+        let (mut rx, t, k) = a_read_on_a_port_of(1_000_000_000, 64 * 1024, &Policy::default());
+        let us = Duration::from_micros;
+        let mut now = t;
+        for i in 0..200 {
+            now += us(100);
+            let server = if i % 2 == 0 { us(50) } else { us(950) };
+            let host = HostTime {
+                server,
+                ..HostTime::default()
+            };
+            rx.on_sample(now, k, us(50) + server, host);
+        }
+        let target = rx.config.target_delay.as_secs_f64();
+        // 2 x 125 x (100 + 200) = 75 KB; 2 x 125 x (50 + ~500 + 200) = about 187 KB.
+        let quickest = OVERCOMMIT * rx.bdp(now).unwrap();
+        let host = rx.host_srtt.unwrap();
+        assert!(host > us(400) && host < us(600), "{host:?}");
+        let usual = OVERCOMMIT * 125e6 * ((us(50) + host).as_secs_f64() + target);
+        let step = 1024;
+        let grown = |rx: &mut Receiver, now: Instant| {
+            rx.budget = rx.config.min_budget;
+            for _ in 0..1000 {
+                rx.grow(now, step);
+            }
+            rx.budget as f64
+        };
+        let clean = grown(&mut rx, now);
+        assert!(clean >= usual && clean < usual + step as f64, "{clean} for {usual}");
+        // A server reports loss: the quickest answer bounds growth for CLEAN_PORT_WINDOW.
+        rx.last_loss_report = Some(now);
+        let lossy = grown(&mut rx, now + CLEAN_PORT_WINDOW - us(1));
+        assert!(
+            lossy >= quickest && lossy < quickest + step as f64,
+            "{lossy} for {quickest}"
+        );
+        assert!(grown(&mut rx, now + CLEAN_PORT_WINDOW) >= usual);
     }
 
     #[test]
