@@ -5442,9 +5442,12 @@ mod tests {
             let (st, srtt) = first_bytes_late(late, host);
             assert_eq!(st.delay_holds, 0, "{host:?}: {st:?}");
             assert_eq!(st.delay_decreases, 0, "{st:?}");
-            // The smoothed RTT, which times stalls, keeps the whole time.
-            assert_eq!(srtt, srtt_queue);
-            assert!(srtt.is_some_and(|s| s > us(500)), "{srtt:?}");
+            // The smoothed RTT, which times stalls, keeps the whole time (to within how far
+            // its average converged: a server's hold lets the budget grow further on a
+            // clean port, so the rounds of grants differ).
+            let (a, b) = (srtt.unwrap(), srtt_queue.unwrap());
+            assert!(a.abs_diff(b) < us(5), "{a:?} against {b:?}");
+            assert!(a > us(500), "{a:?}");
         }
     }
 
