@@ -3460,10 +3460,7 @@ impl Receiver {
                 s
             }
         };
-        self.srtt = Some(match self.srtt {
-            None => s,
-            Some(x) => x.mul_f64(0.875) + s.mul_f64(0.125),
-        });
+        self.srtt = Some(smoothed(self.srtt, s));
         let round_trip = s - base;
         let served = s.saturating_sub(host.client);
         if self
@@ -3479,14 +3476,8 @@ impl Receiver {
         }
         let path = served.saturating_sub(host.server);
         let own = host.server.saturating_sub(host.store.unwrap_or_default());
-        self.host_srtt = Some(match self.host_srtt {
-            None => own,
-            Some(x) => x.mul_f64(0.875) + own.mul_f64(0.125),
-        });
-        self.path_srtt = Some(match self.path_srtt {
-            None => path,
-            Some(x) => x.mul_f64(0.875) + path.mul_f64(0.125),
-        });
+        self.host_srtt = Some(smoothed(self.host_srtt, own));
+        self.path_srtt = Some(smoothed(self.path_srtt, path));
         let path_base = match self.path_base {
             Some((b, at)) if b <= path && now < at + BASE_RTT_WINDOW => b,
             _ => {
@@ -3928,6 +3919,12 @@ impl Receiver {
         };
         self.budget = self.budget.saturating_add(step).min(ceiling);
     }
+}
+
+/// `sample` folded into the average `prev` with gain 1/8, as TCP smooths its RTT (RFC 6298);
+/// the first sample stands alone.
+fn smoothed(prev: Option<Duration>, sample: Duration) -> Duration {
+    prev.map_or(sample, |x| x.mul_f64(0.875) + sample.mul_f64(0.125))
 }
 
 #[cfg(test)]

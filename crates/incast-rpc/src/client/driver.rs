@@ -1638,7 +1638,7 @@ impl<'a> Driver<'a> {
             let member = self.client.addr_of(c.server) == Some(c.addr);
             if !c.broken && c.inflight.is_empty() && c.out.is_empty() && clean && member {
                 // Those idle past the pool's timeout go when the pool is next asked for this
-                // server and lane (`Client::take_idle`), as every read asks before it gives back.
+                // server and lane, or when a read sweeps it (`Client::take_idle`).
                 idle.entry((c.server, c.lane))
                     .or_default()
                     .push(Conn { waiting: false, ..c });

@@ -544,10 +544,9 @@ impl Client {
     ///
     /// At most once per timeout over [`POOL_SWEEPS_PER_TIMEOUT`] (45 s by default), the call
     /// also closes the connections idle past the pool's timeout to every other server and
-    /// lane: a
-    /// service whose reads move on to other servers (a stripe's placement changes, a server
-    /// leaves) would otherwise keep their connections, and their descriptors, until the
-    /// process runs out. The sweep rides on the reads instead of a task of its own (hyper's
+    /// lane: a service whose reads move on to other servers (a stripe's placement changes, a
+    /// server leaves) would otherwise keep their connections, and their descriptors, until
+    /// the process runs out. The sweep rides on the reads instead of a task of its own (hyper's
     /// pool spawns one): it needs no runtime of its own and costs nothing between reads,
     /// at the price that a client nobody reads with keeps its idle connections until its
     /// next read, [`Client::close_idle`] or its drop.
