@@ -361,6 +361,7 @@ fn measure_one(
     reader: Option<&Reader>,
     (testbed, bulk_rtos): (Option<&Testbed>, Option<&AtomicU64>),
     on_block: impl FnMut(u64),
+    warn: impl Fn(String),
 ) -> Result<Measurement, SweepError> {
     let rto_route = run.strategy == Strategy::RtoRoute;
     if let (true, Some(tb)) = (rto_route, testbed) {
@@ -386,7 +387,9 @@ fn measure_one(
     let after = match testbed.map(counters).transpose() {
         Ok(after) => after,
         Err(e) => {
-            eprintln!("warning: the testbed's counters after this row: {e}; its drops and kernel RTOs are unknown");
+            warn(format!(
+                "warning: the testbed's counters after this row: {e}; its drops and kernel RTOs are unknown"
+            ));
             None
         }
     };
@@ -985,8 +988,10 @@ fn client_side(
                     other.close_idle();
                 }
                 let progress = |k| bar.inc(k);
+                // Said also with --quiet (the row's drops are missing), around the bar.
+                let warn = |line: String| bar.suspend(|| eprintln!("{line}"));
                 let hosts = (testbed.as_deref(), bulk_rtos.as_deref());
-                let mut m = match measure_one(&rt, servers, &run, readers[i].as_ref(), hosts, progress) {
+                let mut m = match measure_one(&rt, servers, &run, readers[i].as_ref(), hosts, progress, warn) {
                     Ok(m) => m,
                     // A configuration the machine cannot set up (out of descriptors, a server
                     // that never answers) is a failed row, not the end of the sweep.
