@@ -1285,7 +1285,9 @@ fn a_queue_the_port_does_not_own_does_not_hold_growth() {
 
 /// On a port whose servers reported no loss for [`CLEAN_PORT_WINDOW`], growth stops at
 /// the servers' usual answer (the path's base plus their smoothed host time), not at
-/// their quickest; after a reported loss, at their quickest again.
+/// their quickest; after a reported loss, at their quickest again. A new port counts as
+/// clean only [`CLEAN_PORT_PROBATION`] after its servers' first counters, and never
+/// without them.
 #[test]
 fn the_growth_cap_covers_the_servers_usual_answer_on_a_port_clean_of_loss() {
     // A 1 Gbit/s port (125 bytes per us), 50 us of path, servers that answer in 50 or
@@ -1316,15 +1318,23 @@ fn the_growth_cap_covers_the_servers_usual_answer_on_a_port_clean_of_loss() {
         }
         rx.budget as f64
     };
+    let near = |got: f64, want: f64| got >= want && got < want + step as f64;
+    // No server has reported counters yet: nothing is known of the port's buffer.
+    assert!(!rx.is_clean(now));
+    let unknown = grown(&mut rx, now + CLEAN_PORT_WINDOW);
+    assert!(near(unknown, quickest), "{unknown} for {quickest}");
+    // The first counters, without loss: clean after the probation, not before.
+    rx.on_loss(now, 0, 0);
+    let new = grown(&mut rx, now + CLEAN_PORT_PROBATION - us(1));
+    assert!(near(new, quickest), "{new} for {quickest}");
+    now += CLEAN_PORT_PROBATION;
+    assert!(rx.is_clean(now));
     let clean = grown(&mut rx, now);
-    assert!(clean >= usual && clean < usual + step as f64, "{clean} for {usual}");
+    assert!(near(clean, usual), "{clean} for {usual}");
     // A server reports loss: the quickest answer bounds growth for CLEAN_PORT_WINDOW.
     rx.last_loss_report = Some(now);
     let lossy = grown(&mut rx, now + CLEAN_PORT_WINDOW - us(1));
-    assert!(
-        lossy >= quickest && lossy < quickest + step as f64,
-        "{lossy} for {quickest}"
-    );
+    assert!(near(lossy, quickest), "{lossy} for {quickest}");
     assert!(grown(&mut rx, now + CLEAN_PORT_WINDOW) >= usual);
 }
 
