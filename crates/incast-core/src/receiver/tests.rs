@@ -2223,3 +2223,39 @@ fn config_ranges_are_checked() {
     let c = ReceiverConfig::for_port(100_000_000_000, 12 << 20).unwrap();
     assert!(c.initial_budget() > DEFAULT_INITIAL_BUDGET);
 }
+
+/// A server whose store took 100 ms, longer than the transport's hold can say
+/// (`server_capped`, at incast-rpc's cap of 32.767 ms), answers 100 ms and 50 us after its
+/// request. Where the transport carried the store's part (`store`), the round trip that
+/// sizes the port's rate samples is the path's 50 us; where it did not, the whole 100 ms
+/// stays in it (and a port whose busy periods are shorter than that is never sampled), and
+/// either way the delay rules take nothing from the sample.
+#[test]
+fn a_capped_hold_whose_store_part_is_known_leaves_the_path_to_the_rate_samples() {
+    let hold = Duration::from_millis(100);
+    let path = Duration::from_micros(50);
+    for (store, rtt) in [
+        (Some(hold), path),
+        (None, hold + path),
+        // A store's part under the cap does not say how long the rest of the hold was.
+        (Some(Duration::from_millis(20)), hold + path),
+    ] {
+        let mut rx = Receiver::new(ReceiverConfig::default());
+        let t = Instant::now();
+        let stripe = Stripe::fixed_sru("a", &servers(1), MIN_CHUNK).unwrap();
+        let a = rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
+        let (k, g) = requests(&mut rx, t).pop().expect("a grant");
+        let host = HostTime {
+            server: Duration::from_micros(32_767),
+            server_capped: true,
+            store,
+            ..HostTime::default()
+        };
+        rx.on_bytes_timed(t + hold + path, k, g.id, g.len, host).unwrap();
+        rx.on_done(t + hold + path, k, g.id).unwrap();
+        assert!(rx.finish_read(a).is_some_and(|f| f.complete));
+        assert_eq!(rx.rate_rtt(), rtt, "store {store:?}");
+        assert_eq!(rx.path_base, None, "store {store:?}: the delay rules took the sample");
+        rx.check_invariants().unwrap();
+    }
+}
