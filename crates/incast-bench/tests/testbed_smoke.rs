@@ -316,25 +316,35 @@ fn an_open_loop_offers_its_load_and_alternates_the_kinds_by_number() {
     std::fs::remove_file(&plot).unwrap();
     assert!(svg.contains("offered load") && svg.contains("small reads"), "{svg}");
     let mut fractions = [0.0; 4];
+    let mut waited = [false; 4];
     for (i, r) in lines[1..].iter().enumerate() {
         assert_eq!(r["failed_blocks"], 0, "{r}");
         assert_eq!(r["load"], [0.15, 0.15, 0.4, 0.4][i], "{r}");
         // Reads arrive at that share of the line rate: a closed loop would read 0.9 or more
-        // of it. 40 draws of the seeded process land within half of their mean.
+        // of it. 40 draws of the seeded process land within half of their mean. A strategy
+        // whose reads waited for a place (all R in flight: `naive`'s 200 ms RTOs, 0.19 of the
+        // line rate carried at 0.4 in one CI-like run) carries less than the load offered.
         let f = r["line_rate_fraction"].as_f64().unwrap();
         let load = r["load"].as_f64().unwrap();
-        assert!((0.5 * load..1.5 * load).contains(&f), "{r}");
+        waited[i] = r["arrivals_queued"].as_u64().unwrap() > 0;
+        assert!(f < 1.5 * load, "{r}");
+        assert!(waited[i] || f >= 0.5 * load, "{r}");
         fractions[i] = f;
         // Every other read by number is of the mixed shape, whichever ends first.
         let (mixed, layout) = (r["mix_blocks"].as_u64().unwrap(), r["layout_blocks"].as_u64().unwrap());
         assert_eq!(mixed + layout, 40, "{r}");
         assert!(mixed.abs_diff(layout) <= 1, "{r}");
     }
-    // The same seeds at both loads: the higher load's reads come faster, strategy by strategy.
-    assert!(
-        fractions[2] > fractions[0] && fractions[3] > fractions[1],
-        "{fractions:?}"
-    );
+    // The same seeds at both loads: the higher load's reads come faster, strategy by strategy
+    // (where none waited for a place).
+    for (low, high) in [(0, 2), (1, 3)] {
+        assert!(
+            waited[low] || waited[high] || fractions[high] > fractions[low],
+            "{fractions:?} {waited:?}"
+        );
+    }
+    // At the low load `default`'s reads never wait for a place, so its bounds were checked.
+    assert!(!waited[1], "{waited:?}");
     assert_nothing_left();
 }
 
