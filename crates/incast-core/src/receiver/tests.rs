@@ -113,6 +113,20 @@ fn grants_to_a_slow_store_are_held_until_their_expected_first_byte() {
     rx.check_invariants().unwrap();
 }
 
+/// A receiver's first read, of one chunk from one server, whose bytes came `after` their
+/// request with `host` the hosts' part of that; the stripe, and when the read ended.
+fn one_read_of_one_server(after: Duration, host: HostTime) -> (Receiver, Stripe, Instant) {
+    let mut rx = Receiver::new(ReceiverConfig::default());
+    let t = Instant::now();
+    let stripe = Stripe::fixed_sru("a", &servers(1), MIN_CHUNK).unwrap();
+    let a = rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
+    let (k, g) = requests(&mut rx, t).pop().expect("a grant");
+    rx.on_bytes_timed(t + after, k, g.id, g.len, host).unwrap();
+    rx.on_done(t + after, k, g.id).unwrap();
+    assert!(rx.finish_read(a).is_some_and(|f| f.complete));
+    (rx, stripe, t + after)
+}
+
 /// A hold the server's host took, not its store, is not learnt: a first byte 20 ms
 /// after its request, of which the transport says the store took nothing (a 2-core
 /// server busy with 500 other requests), leaves the next grant to that server unheld,
@@ -121,20 +135,12 @@ fn grants_to_a_slow_store_are_held_until_their_expected_first_byte() {
 fn a_hold_its_store_did_not_take_is_not_learnt() {
     let hold = Duration::from_millis(20);
     for (store, held) in [(Duration::ZERO, false), (hold, true)] {
-        let mut rx = Receiver::new(ReceiverConfig::default());
-        let t = Instant::now();
-        let stripe = Stripe::fixed_sru("a", &servers(1), MIN_CHUNK).unwrap();
-        let a = rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
-        let (k, g) = requests(&mut rx, t).pop().expect("a grant");
         let host = HostTime {
             server: hold,
             store: Some(store),
             ..HostTime::default()
         };
-        rx.on_bytes_timed(t + hold, k, g.id, g.len, host).unwrap();
-        rx.on_done(t + hold, k, g.id).unwrap();
-        assert!(rx.finish_read(a).is_some_and(|f| f.complete));
-        let t = t + hold;
+        let (mut rx, stripe, t) = one_read_of_one_server(hold, host);
         let _b = rx.start_read(t, &stripe, &Policy::default(), 2, ReadOptions::default());
         let (_, g) = requests(&mut rx, t).pop().expect("a grant");
         let st = rx.stats();
@@ -2240,20 +2246,13 @@ fn a_capped_hold_whose_store_part_is_known_leaves_the_path_to_the_rate_samples()
         // A store's part under the cap does not say how long the rest of the hold was.
         (Some(Duration::from_millis(20)), hold + path),
     ] {
-        let mut rx = Receiver::new(ReceiverConfig::default());
-        let t = Instant::now();
-        let stripe = Stripe::fixed_sru("a", &servers(1), MIN_CHUNK).unwrap();
-        let a = rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
-        let (k, g) = requests(&mut rx, t).pop().expect("a grant");
         let host = HostTime {
             server: Duration::from_micros(32_767),
             server_capped: true,
             store,
             ..HostTime::default()
         };
-        rx.on_bytes_timed(t + hold + path, k, g.id, g.len, host).unwrap();
-        rx.on_done(t + hold + path, k, g.id).unwrap();
-        assert!(rx.finish_read(a).is_some_and(|f| f.complete));
+        let (rx, ..) = one_read_of_one_server(hold + path, host);
         assert_eq!(rx.rate_rtt(), rtt, "store {store:?}");
         assert_eq!(rx.path_base, None, "store {store:?}: the delay rules took the sample");
         rx.check_invariants().unwrap();
