@@ -492,6 +492,49 @@ mod port_tests {
         }
     }
 
+    /// Every store takes 100 ms: on a warm 10 Gbit/s port, told its rate, 4 reads at once of
+    /// the same 64 servers x 256 KiB (256 senders by the reads' count, over the cap of 64)
+    /// all take one hold and the transfer of the 64 MiB (153.7 ms, the ideal; within 1.2
+    /// times). While the servers whose grants were all held left the sender cap only up to
+    /// the cap's worth, two reads' servers waited in the stores at a time and the last two
+    /// reads took a second hold (241 ms; see "Servers waiting on their stores" in the
+    /// receiver's docs).
+    #[test]
+    fn many_reads_of_slow_stores_take_one_hold_together() {
+        let servers: Vec<ServerId> = (0..64).map(ServerId).collect();
+        let cfg = SimConfig {
+            link_bps: 10_000_000_000,
+            store: Duration::from_millis(100),
+            ..SimConfig::default()
+        };
+        let warm = Duration::from_secs(1);
+        let mut reads = vec![SimRead {
+            stripe: Stripe::fixed_sru("warm", &servers, 256 << 10).unwrap(),
+            policy: Policy::default(),
+            start: Duration::ZERO,
+        }];
+        reads.extend((0..4).map(|i| SimRead {
+            stripe: Stripe::fixed_sru(&format!("r{i}"), &servers, 256 << 10).unwrap(),
+            policy: Policy::default(),
+            start: warm,
+        }));
+        let rcfg = crate::ReceiverConfig::builder()
+            .port_rate_bps(Some(cfg.link_bps))
+            .build()
+            .unwrap();
+        let r = simulate_port(&reads, rcfg, &cfg, 0.0, Instant::now());
+        assert!(r.done[0].is_some_and(|d| d < warm), "the warm-up ends first: {r:?}");
+        let last = r.done[1..]
+            .iter()
+            .map(|d| d.expect("every read completes"))
+            .max()
+            .unwrap()
+            - warm;
+        let bits = 4.0 * 64.0 * 262_144.0 * 8.0;
+        let ideal = Duration::from_secs_f64(bits / cfg.link_bps as f64) + cfg.store + cfg.latency;
+        assert!(last <= ideal.mul_f64(1.2), "{last:?} against {ideal:?}: {r:?}");
+    }
+
     /// A server that answers every request a second late, with no replica, is answered: each
     /// move of a range without progress waits twice as long as the one before. Before, every
     /// request was cancelled before its answer and the read waited for its deadline (here:

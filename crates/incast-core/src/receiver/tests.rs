@@ -438,19 +438,21 @@ fn released_bytes_spend_the_credit_of_held_bytes_on_a_lossy_port() {
     assert!(clean >= 2 * passed - 4 * budget, "lossless: {} grants", clean / chunk);
 }
 
-/// Servers waiting on their stores send nothing: of them, up to the sender cap's worth
-/// leave it. A port told 4 senders at most, whose servers hold their answers 20 ms,
-/// has 8 of them waiting at once (4 without a learnt hold).
+/// Servers waiting on their stores send nothing: they leave the sender cap, however many,
+/// and the budget bounds them instead (held bytes leave it up to the budget's worth while
+/// the port's rate is not known). A port told 4 senders at most and a 256 KiB budget, whose
+/// 64 servers hold their 16 KiB answers 20 ms, has 32 of them waiting at once: the budget's
+/// worth held and the budget's worth beside (4 without a learnt hold, the cap).
 #[test]
-fn held_senders_leave_the_sender_cap_up_to_the_cap() {
+fn held_senders_leave_the_sender_cap_bounded_by_the_budget() {
     let cfg = ReceiverConfig::builder()
         .adaptive(false)
-        .initial_budget(1 << 20)
+        .initial_budget(256 << 10)
         .max_senders(4)
         .build()
         .unwrap();
-    let stripe = Stripe::fixed_sru("a", &servers(16), 16 * 1024).unwrap();
-    for (hold, want) in [(None, 4), (Some(Duration::from_millis(20)), 8)] {
+    let stripe = Stripe::fixed_sru("a", &servers(64), 16 * 1024).unwrap();
+    for (hold, want) in [(None, 4), (Some(Duration::from_millis(20)), 32)] {
         let mut rx = Receiver::new(cfg.clone());
         rx.port_hold = hold;
         let t = Instant::now();
@@ -458,6 +460,7 @@ fn held_senders_leave_the_sender_cap_up_to_the_cap() {
         let gs = requests(&mut rx, t);
         let st = rx.stats();
         assert_eq!(st.senders, want, "{hold:?}: {gs:?}");
+        assert!(gs.iter().all(|(_, g)| g.len == 16 * 1024), "{gs:?}");
         rx.check_invariants().unwrap();
     }
 }
