@@ -455,41 +455,50 @@ mod port_tests {
     #[test]
     fn a_single_read_of_slow_stores_takes_one_hold() {
         for (n, sru) in [(64u32, 32u64 << 10), (8, 256 << 10)] {
-            let servers: Vec<ServerId> = (0..n).map(ServerId).collect();
             let cfg = SimConfig {
                 store: Duration::from_millis(20),
                 ..SimConfig::default()
             };
-            // A 16 MiB read warms the port up (its budget, the stores' hold).
-            let warm = Duration::from_secs(1);
-            let reads = vec![
-                SimRead {
-                    stripe: Stripe::fixed_sru("warm", &servers, (16 << 20) / u64::from(n)).unwrap(),
-                    policy: Policy::default(),
-                    start: Duration::ZERO,
-                },
-                SimRead {
-                    stripe: Stripe::fixed_sru("one", &servers, sru).unwrap(),
-                    policy: Policy::default(),
-                    start: warm,
-                },
-            ];
-            // Told the port's rate: this model's arrivals (a response's bytes at once) are
-            // not what the busy-time samples of the rate are made for.
-            let rcfg = crate::ReceiverConfig::builder()
-                .port_rate_bps(Some(cfg.link_bps))
-                .build()
-                .unwrap();
-            let r = simulate_port(&reads, rcfg, &cfg, 0.0, Instant::now());
-            assert!(r.done[0].is_some_and(|d| d < warm), "the warm-up ends first: {r:?}");
-            let took = r.done[1].expect("the read completes") - warm;
-            let bits = f64::from(n) * sru as f64 * 8.0;
-            let ideal = Duration::from_secs_f64(bits / cfg.link_bps as f64) + cfg.store + cfg.latency;
-            assert!(
-                took <= ideal.mul_f64(1.1),
-                "{n} x {sru}: {took:?} against {ideal:?}: {r:?}"
-            );
+            let took = reads_on_a_warm_port(n, sru, 1, &cfg)[0];
+            let ideal = one_hold(u64::from(n) * sru, &cfg);
+            assert!(took <= ideal.mul_f64(1.1), "{n} x {sru}: {took:?} against {ideal:?}");
         }
+    }
+
+    /// How long each of `count` reads at once of `sru` bytes from each of `n` servers took, on
+    /// a port that a 16 MiB read of the same servers warmed up first (its budget, the stores'
+    /// hold) and that is told its rate: this model's arrivals (a response's bytes at once) are
+    /// not what the busy-time samples of the rate are made for.
+    fn reads_on_a_warm_port(n: u32, sru: u64, count: usize, cfg: &SimConfig) -> Vec<Duration> {
+        let servers: Vec<ServerId> = (0..n).map(ServerId).collect();
+        let warm = Duration::from_secs(1);
+        let mut reads = vec![SimRead {
+            stripe: Stripe::fixed_sru("warm", &servers, (16 << 20) / u64::from(n)).unwrap(),
+            policy: Policy::default(),
+            start: Duration::ZERO,
+        }];
+        reads.extend((0..count).map(|i| SimRead {
+            stripe: Stripe::fixed_sru(&format!("r{i}"), &servers, sru).unwrap(),
+            policy: Policy::default(),
+            start: warm,
+        }));
+        let rcfg = crate::ReceiverConfig::builder()
+            .port_rate_bps(Some(cfg.link_bps))
+            .build()
+            .unwrap();
+        let r = simulate_port(&reads, rcfg, cfg, 0.0, Instant::now());
+        assert!(r.done[0].is_some_and(|d| d < warm), "the warm-up ends first: {r:?}");
+        r.done[1..]
+            .iter()
+            .map(|d| d.unwrap_or_else(|| panic!("every read completes: {r:?}")) - warm)
+            .collect()
+    }
+
+    /// The ideal time of `bytes` behind slow stores: one hold, then the transfer at the
+    /// port's rate.
+    fn one_hold(bytes: u64, cfg: &SimConfig) -> Duration {
+        let bits = bytes as f64 * 8.0;
+        Duration::from_secs_f64(bits / cfg.link_bps as f64) + cfg.store + cfg.latency
     }
 
     /// Every store takes 100 ms: on a warm 10 Gbit/s port, told its rate, 4 reads at once of
@@ -501,38 +510,15 @@ mod port_tests {
     /// receiver's docs).
     #[test]
     fn many_reads_of_slow_stores_take_one_hold_together() {
-        let servers: Vec<ServerId> = (0..64).map(ServerId).collect();
         let cfg = SimConfig {
             link_bps: 10_000_000_000,
             store: Duration::from_millis(100),
             ..SimConfig::default()
         };
-        let warm = Duration::from_secs(1);
-        let mut reads = vec![SimRead {
-            stripe: Stripe::fixed_sru("warm", &servers, 256 << 10).unwrap(),
-            policy: Policy::default(),
-            start: Duration::ZERO,
-        }];
-        reads.extend((0..4).map(|i| SimRead {
-            stripe: Stripe::fixed_sru(&format!("r{i}"), &servers, 256 << 10).unwrap(),
-            policy: Policy::default(),
-            start: warm,
-        }));
-        let rcfg = crate::ReceiverConfig::builder()
-            .port_rate_bps(Some(cfg.link_bps))
-            .build()
-            .unwrap();
-        let r = simulate_port(&reads, rcfg, &cfg, 0.0, Instant::now());
-        assert!(r.done[0].is_some_and(|d| d < warm), "the warm-up ends first: {r:?}");
-        let last = r.done[1..]
-            .iter()
-            .map(|d| d.expect("every read completes"))
-            .max()
-            .unwrap()
-            - warm;
-        let bits = 4.0 * 64.0 * 262_144.0 * 8.0;
-        let ideal = Duration::from_secs_f64(bits / cfg.link_bps as f64) + cfg.store + cfg.latency;
-        assert!(last <= ideal.mul_f64(1.2), "{last:?} against {ideal:?}: {r:?}");
+        let took = reads_on_a_warm_port(64, 256 << 10, 4, &cfg);
+        let last = took.iter().max().copied().unwrap();
+        let ideal = one_hold(4 * 64 * (256 << 10), &cfg);
+        assert!(last <= ideal.mul_f64(1.2), "{last:?} against {ideal:?}: {took:?}");
     }
 
     /// A server that answers every request a second late, with no replica, is answered: each
