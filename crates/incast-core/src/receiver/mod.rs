@@ -960,7 +960,10 @@
 //! first grant stalled at the path's timer, and in slow start those stalls counted as loss
 //! and ended it. Stalls of grants to slow stores ([`ReceiverStats::store_stalls`]) are
 //! hedged and backed off as any, but never count as loss: a store's jitter, not the port's
-//! buffer. A hold longer than the transport
+//! buffer. Nor do they come at the path's timeout: a hedge asks the store again and waits
+//! its hold again, so such a grant waits at least the lesser of that hold and
+//! [`crate::scheduler::STORE_STALL_WAIT`] without progress, time for its server's kernel
+//! to repair a lost tail (see the scheduler's *A re-request waits in the store again*). A hold longer than the transport
 //! carries ([`HostTime::server_capped`]) is learnt from the grant's own first-byte time, and
 //! such a sample teaches nothing about the path's queue (a store's jitter read as a queue
 //! held the budget at every sample).

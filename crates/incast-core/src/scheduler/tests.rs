@@ -1349,3 +1349,46 @@ fn a_length_over_the_maximum_moves_the_fragment_to_a_replica() {
     s.on_failed(now, g.id).unwrap();
     assert!(matches!(s.error(), Some(ReadError::ServerFailed { fragment: 0, .. })));
 }
+
+/// A grant to a slow store that stops making progress counts as stalled only after the
+/// lesser of its store's hold and [`STORE_STALL_WAIT`] (a re-request would wait in the
+/// store again, where the server's kernel repairs a lost tail sooner); a grant to a quick
+/// store, or to none, at its timeout (5-7.5 ms here, the initial RTO and its jitter).
+#[test]
+fn a_grant_to_a_slow_store_waits_before_it_is_hedged() {
+    let stripe = Stripe::fixed_sru("k", &servers(1), 100_000).unwrap();
+    let p = Policy::builder().grant_size(GrantSize::Whole).build().unwrap();
+    let t0 = Instant::now();
+    for (hold, store) in [(100, true), (10, true), (2, true), (100, false)] {
+        let hold = Duration::from_millis(hold);
+        let mut s = Scheduler::new(&stripe, &p, 7);
+        let g = requests(&mut s, t0).pop().unwrap();
+        s.expect_by(t0, g.id, t0 + hold, store);
+        // Its store answers on time, then a segment of its answer is lost.
+        let progress = t0 + hold;
+        s.handle_timeout(progress);
+        assert_eq!(
+            s.on_bytes(progress, g.id, 1448),
+            Ok(Delivery::Write { block_offset: 0 }),
+            "{hold:?} store {store}"
+        );
+        let stalled = (0..16)
+            .find_map(|_| {
+                let due = s.poll_timeout()?;
+                s.handle_timeout(due);
+                let cancelled = std::iter::from_fn(|| s.poll_action(due)).any(|a| matches!(a, Action::Cancel { .. }));
+                cancelled.then_some(due)
+            })
+            .expect("the grant stalls");
+        let waited = stalled - progress;
+        let want = if store {
+            hold.min(STORE_STALL_WAIT)
+        } else {
+            Duration::ZERO
+        };
+        assert!(waited >= want, "{hold:?} store {store}: hedged after {waited:?}");
+        let latest = want.max(Duration::from_micros(7_500));
+        assert!(waited <= latest, "{hold:?} store {store}: hedged after {waited:?}");
+        s.check_invariants().unwrap();
+    }
+}
