@@ -86,11 +86,10 @@
 //!   [`STORE_STALL_WAIT`] without progress (never sooner than its timeout): where the
 //!   store is quicker than that wait, asking again costs less than waiting. On the
 //!   1 Gbit/s testbed behind 100 ms stores (64 and 1,024 servers of 32 KiB fragments, 1
-//!   and 4 reads at once; five alternated runs each) the wait read 0.95-1.29x of the
-//!   goodput of hedging at the path's timeout by row (1.07x by geometric mean; 4 reads of
-//!   64 servers 1.29x, their median read 311 -> 158 ms), with 0.63-0.70 times the switch
-//!   drops and about half the hedges and connection resets where 1,024 servers answered;
-//!   one read of 64 servers 0.95x, within its runs' spread. Behind 20 ms stores 1.01-1.04x
+//!   and 4 reads at once; seven runs against five, alternated) the wait read 1.01-1.23x of
+//!   the goodput of hedging at the path's timeout by row (1.09x by geometric mean; 4 reads
+//!   of 64 servers 1.23x, their median read 311 -> 182 ms), with 0.65-0.79 times the
+//!   switch drops and 0.49-0.88 times the hedges. Behind 20 ms stores 1.01-1.04x
 //!   by row (1.07-1.14 times the drops), behind 5 ms stores 1.02x by geometric mean
 //!   (0.94-1.12x, 0.81 times the hedges), on loopback no change (docs/measurements.md,
 //!   *Sixty-eighth session*).
