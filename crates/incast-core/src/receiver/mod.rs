@@ -963,10 +963,10 @@
 //! buffer. Nor do they come at the path's timeout: a hedge asks the store again and waits
 //! its hold again, so such a grant waits at least the lesser of that hold and
 //! [`crate::scheduler::STORE_STALL_WAIT`] without progress, time for its server's kernel
-//! to repair a lost tail (see the scheduler's *A re-request waits in the store again*). A hold longer than the transport
-//! carries ([`HostTime::server_capped`]) is learnt from the grant's own first-byte time, and
-//! such a sample teaches nothing about the path's queue (a store's jitter read as a queue
-//! held the budget at every sample).
+//! to repair a lost tail (see the scheduler's *A re-request waits in the store again*).
+//! A hold longer than the transport carries ([`HostTime::server_capped`]) is learnt from
+//! the grant's own first-byte time, and such a sample teaches nothing about the path's
+//! queue (a store's jitter read as a queue held the budget at every sample).
 //!
 //! **A hold past the transport's cap.** Such a sample was kept out of the path's round trip
 //! too, so the smoothed round trip that sizes the port's rate samples

@@ -795,20 +795,26 @@ struct Live {
     /// byte of it yet, and before its `expected` first byte. Its remaining bytes are in
     /// [`Scheduler::held_bytes`].
     held: bool,
+    /// The hold its server's store was expected to take at its issue, where that was
+    /// [`crate::receiver::STORE_HOLD`] or more (zero elsewhere): what a re-request of its
+    /// range would wait again.
+    hold: Duration,
+}
+
+impl Live {
     /// Issued to a server whose store holds its answers [`crate::receiver::STORE_HOLD`] or
     /// more (held at its issue, whether or not still): its stalls are the store's jitter
     /// sooner than the port's loss, so they are not in [`Scheduler::port_stalls`].
-    store: bool,
-    /// The hold its server's store was expected to take at its issue (zero where none was
-    /// learnt): what a re-request of its range would wait again.
-    hold: Duration,
+    fn store(&self) -> bool {
+        self.hold > Duration::ZERO
+    }
 }
 
 /// How long live grant `live` may go without progress before it counts as stalled: its
 /// timeout, and for a grant to a slow store at least the lesser of that store's hold and
 /// [`STORE_STALL_WAIT`] (see *A re-request waits in the store again* in the module docs).
 fn stall_timeout(live: &Live) -> Duration {
-    if live.store {
+    if live.store() {
         live.timeout.max(live.hold.min(STORE_STALL_WAIT))
     } else {
         live.timeout
@@ -1596,7 +1602,6 @@ impl Scheduler {
         }
         let live = self.slots[id.slot()].live.as_mut().expect("checked live");
         live.expected = live.expected.max(at);
-        live.store |= held;
         if held {
             live.hold = live.hold.max(at.saturating_duration_since(now));
         }
@@ -2180,7 +2185,6 @@ impl Scheduler {
             late_at: None,
             stuck,
             held: false,
-            store: false,
             hold: Duration::ZERO,
         });
         self.conn_live[conn_index(server, lane)] += 1;
@@ -2317,7 +2321,7 @@ impl Scheduler {
         self.stats.stalls += 1;
         self.adapt_on_stall(now);
         let live = self.live(id).expect("stalled grant is live");
-        let (port, store) = (!live.stuck && !live.store, !live.stuck && live.store);
+        let (port, store) = (!live.stuck && !live.store(), !live.stuck && live.store());
         self.port_stalls += u64::from(port);
         self.store_stalls += u64::from(store);
         let live = self.live(id).expect("stalled grant is live");
