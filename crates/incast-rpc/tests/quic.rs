@@ -619,12 +619,12 @@ async fn quic_servers_that_require_client_certificates_refuse_clients_without_on
         if let Some(id) = identity {
             q = q.identity(id);
         }
-        // On a loaded CI machine (this file's tests took 13 times as long as on an idle one)
-        // the server once counted 3 refusals below. The likeliest path: a handshake that
-        // outlives the connect timeout (2 s by default) is given up and retried, and the
-        // server, which had refused the first already, refuses the retry too. A timeout is not
-        // a trust failure, so the retry is right; this test gives the handshake the read's
-        // whole deadline instead.
+        // On a loaded machine a request's grant can be hedged while its handshake is under
+        // way; the handshake must go on for the hedge (the server counted 3 refusals, or 2
+        // and an abandoned handshake, when it did not: see `QuicClient::connection`). A
+        // handshake that outlives the connect timeout (2 s by default) is given up and
+        // retried, which is right (a timeout is not a trust failure): this test gives the
+        // handshake the read's whole deadline instead.
         let client = Client::with_config(
             [(ServerId(0), h.local_addr())],
             ClientConfig::builder()
