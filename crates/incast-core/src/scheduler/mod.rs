@@ -813,12 +813,9 @@ impl Live {
 /// How long live grant `live` may go without progress before it counts as stalled: its
 /// timeout, and for a grant to a slow store at least the lesser of that store's hold and
 /// [`STORE_STALL_WAIT`] (see *A re-request waits in the store again* in the module docs).
+/// Other grants' hold is zero, so the one formula gives them their timeout.
 fn stall_timeout(live: &Live) -> Duration {
-    if live.store() {
-        live.timeout.max(live.hold.min(STORE_STALL_WAIT))
-    } else {
-        live.timeout
-    }
+    live.timeout.max(live.hold.min(STORE_STALL_WAIT))
 }
 
 fn conn_index(server: u32, lane: Lane) -> usize {
