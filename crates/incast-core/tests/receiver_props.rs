@@ -33,7 +33,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use incast_core::receiver::{
-    HostTime, ReadKey, ReadOptions, Receiver, ReceiverConfig, MIN_CHUNK, PORT_SILENCE, SPARE_CREDIT_HOLD,
+    HostTime, ReadKey, ReadOptions, Receiver, ReceiverConfig, HELD_SENDER_SHARE, MIN_CHUNK, PORT_SILENCE,
+    SPARE_CREDIT_HOLD,
 };
 use incast_core::{
     Action, Delivery, Fragment, GrantId, GrantKind, GrantSize, Hedging, Policy, RtoBounds, ServerId, Stripe,
@@ -369,15 +370,24 @@ impl Harness {
                     .live
                     .iter()
                     .any(|l| !l.cancelled && l.read == read && l.server == g.server);
-                // Servers waiting on their stores leave the cap, however many.
+                // Servers waiting on their stores leave the cap, however many, and where the
+                // port's servers hold, a new sender passes it while the bytes sending now fit
+                // the budget and drain within a share of the hold.
                 let cap = self.senders_cap as usize;
                 let waiting = st0.held_senders as usize;
+                let drains = match (st.link_rate_bytes_per_sec, st.port_hold) {
+                    (Some(r), Some(h)) if r > 0.0 && h >= SPARE_CREDIT_HOLD => {
+                        counted <= budget && (counted as f64) < r * h.as_secs_f64() * HELD_SENDER_SHARE
+                    }
+                    _ => false,
+                };
                 prop_assert!(
-                    rerequest || existing || senders == 0 || senders - waiting.min(senders) < cap,
-                    "new sender with {} of {} live ({} waiting on stores)",
+                    rerequest || existing || senders == 0 || senders - waiting.min(senders) < cap || drains,
+                    "new sender with {} of {} live ({} waiting on stores, {} counted)",
                     senders,
                     self.senders_cap,
-                    st0.held_senders
+                    st0.held_senders,
+                    counted
                 );
                 let m = &self.reads[&read];
                 // A new chunk is the policy's chunk, shrunk to half a small budget (never

@@ -465,6 +465,48 @@ fn held_senders_leave_the_sender_cap_bounded_by_the_budget() {
     }
 }
 
+/// A sender its store holds is not sending yet: where the port's servers hold their
+/// answers, a new sender passes the sender cap while the bytes sending now fit the budget
+/// and drain, at the port's rate, within half the hold (it sends after they are done). A
+/// port of 16 KiB per ms with a budget of four 16 KiB grants and a cap of 2 senders, whose
+/// servers held 20 ms: with the four first grants released (four servers sending, 4 ms of
+/// bytes), the credit lets more servers start; none with the budget cut to two grants (the
+/// bytes sending over it), nor where the port's hold is 6 ms (they drain in more than 3).
+#[test]
+fn a_sender_its_store_holds_passes_the_cap_while_the_senders_drain_within_the_hold() {
+    let chunk = 16 * 1024;
+    let cfg = ReceiverConfig::builder()
+        .adaptive(false)
+        .min_budget(2 * chunk)
+        .initial_budget(4 * chunk)
+        .max_senders(2)
+        .port_rate_bps(Some(8 * chunk * 1000))
+        .build()
+        .unwrap();
+    let ms = Duration::from_millis;
+    let stripe = Stripe::fixed_sru("a", &servers(16), chunk).unwrap();
+    // (the port's hold when polled, the budget then, new senders)
+    for (hold, budget, want) in [(ms(20), 4 * chunk, 4), (ms(20), 2 * chunk, 0), (ms(6), 4 * chunk, 0)] {
+        let mut rx = Receiver::new(cfg.clone());
+        rx.port_hold = Some(ms(20));
+        let t = Instant::now();
+        let _a = rx.start_read(t, &stripe, &Policy::default(), 1, ReadOptions::default());
+        let first = requests(&mut rx, t);
+        assert_eq!(first.len(), 4, "the budget alone");
+        let at = t + ms(20);
+        for (k, g) in &first {
+            rx.on_bytes(at, *k, g.id, 1).unwrap();
+        }
+        let st = rx.stats();
+        assert_eq!((st.senders, st.held_senders, st.held), (4, 0, 0), "{st:?}");
+        (rx.port_hold, rx.budget) = (Some(hold), budget);
+        let more = requests(&mut rx, at);
+        assert_eq!(more.len(), want, "{hold:?}, budget {budget}: {more:?}");
+        assert_eq!(rx.stats().held_senders as usize, more.len());
+        rx.check_invariants().unwrap();
+    }
+}
+
 /// A port whose servers hold their answers 20 ms (learnt from other servers): a grant
 /// to a server not learnt yet waits as long, and when such grants stall (the store
 /// is slower still) their stalls are the store's: in slow start they shrink nothing.
