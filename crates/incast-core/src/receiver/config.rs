@@ -194,8 +194,12 @@ impl ReceiverConfigBuilder {
         self.c.max_budget = bytes;
         self
     }
-    /// Most servers with grants outstanding at once, over all reads. Default
-    /// [`DEFAULT_PORT_MAX_SENDERS`]; range `[1, MAX_SENDERS]`.
+    /// Most servers with grants outstanding at once, over all reads. Servers whose grants
+    /// all wait in their stores do not count, and where the port's servers hold their
+    /// answers a new server passes the cap while the bytes sending now fit the budget and
+    /// drain within [`crate::receiver::HELD_SENDER_SHARE`] of the hold (see *A slow store
+    /// is not a stall* in [`crate::receiver`]). Default [`DEFAULT_PORT_MAX_SENDERS`]; range
+    /// `[1, MAX_SENDERS]`.
     pub fn max_senders(mut self, k: u32) -> Self {
         self.c.max_senders = k;
         self

@@ -2927,7 +2927,7 @@ impl Receiver {
 
     /// Whether a new sender, held by its store as the port's servers were lately, would
     /// start sending only after the servers sending now are done: where the spare credit
-    /// applies, the bytes counted now drain at the port's rate within
+    /// applies, the bytes counted now fit the budget and drain at the port's rate within
     /// [`HELD_SENDER_SHARE`] of the port's hold (see "A sender its store holds is not
     /// sending yet" in the module docs).
     fn senders_done_within_hold(&self) -> bool {
@@ -3010,7 +3010,8 @@ impl Receiver {
         Gate {
             room,
             // Servers waiting on their stores send nothing yet: they leave the cap, as held
-            // bytes leave the budget, bounded by the credit (see "A slow store is not a
+            // bytes leave the budget, bounded by the credit, and a new one passes it while
+            // those sending now will be done before it sends (see "A slow store is not a
             // stall" in the module docs).
             new_sender: self.senders == 0
                 || self.senders - self.held_senders < self.config.max_senders
