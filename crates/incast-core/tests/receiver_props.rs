@@ -350,10 +350,11 @@ impl Harness {
                 let counted = before - stuck - late - held;
                 // Where the port's servers hold their answers, a grant may also take the
                 // credit that held bytes do not use, beside the budget's room.
-                let spare = match (st.link_rate_bytes_per_sec, st.port_hold) {
-                    (Some(r), Some(h)) if r > 0.0 && h >= SPARE_CREDIT_HOLD => st.held_credit.saturating_sub(held),
-                    _ => 0,
+                let store_rate = match (st.link_rate_bytes_per_sec, st.port_hold) {
+                    (Some(r), Some(h)) if r > 0.0 && h >= SPARE_CREDIT_HOLD => Some((r, h)),
+                    _ => None,
                 };
+                let spare = store_rate.map_or(0, |_| st.held_credit.saturating_sub(held));
                 prop_assert!(
                     rerequest || counted == 0 || g.len <= budget.saturating_sub(counted) + spare,
                     "grant of {} with {} counted ({} outstanding), budget {}, spare credit {}",
@@ -375,12 +376,9 @@ impl Harness {
                 // the budget and drain within a share of the hold.
                 let cap = self.senders_cap as usize;
                 let waiting = st0.held_senders as usize;
-                let drains = match (st.link_rate_bytes_per_sec, st.port_hold) {
-                    (Some(r), Some(h)) if r > 0.0 && h >= SPARE_CREDIT_HOLD => {
-                        counted <= budget && (counted as f64) < r * h.as_secs_f64() * HELD_SENDER_SHARE
-                    }
-                    _ => false,
-                };
+                let drains = store_rate.is_some_and(|(r, h)| {
+                    counted <= budget && (counted as f64) < r * h.as_secs_f64() * HELD_SENDER_SHARE
+                });
                 prop_assert!(
                     rerequest || existing || senders == 0 || senders - waiting.min(senders) < cap || drains,
                     "new sender with {} of {} live ({} waiting on stores, {} counted)",

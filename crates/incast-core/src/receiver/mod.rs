@@ -2930,12 +2930,12 @@ impl Receiver {
     /// applies, the bytes counted now fit the budget and drain at the port's rate within
     /// [`HELD_SENDER_SHARE`] of the port's hold (see "A sender its store holds is not
     /// sending yet" in the module docs).
-    fn senders_done_within_hold(&self) -> bool {
+    /// `counted`: [`Receiver::counted`], which the caller has at hand.
+    fn senders_done_within_hold(&self, counted: u64) -> bool {
         let (Some(rate), Some(hold)) = (self.store_port_rate(), self.port_hold) else {
             return false;
         };
-        let c = self.counted();
-        c <= self.budget && (c as f64) < rate * hold.as_secs_f64() * HELD_SENDER_SHARE
+        counted <= self.budget && (counted as f64) < rate * hold.as_secs_f64() * HELD_SENDER_SHARE
     }
 
     /// The most the credit of held bytes holds: the held bytes plus what the budget leaves
@@ -3015,7 +3015,7 @@ impl Receiver {
             // stall" in the module docs).
             new_sender: self.senders == 0
                 || self.senders - self.held_senders < self.config.max_senders
-                || self.senders_done_within_hold(),
+                || self.senders_done_within_hold(counted),
             hedge_room: self.hedge_tokens,
             ahead: self.ahead(),
             grant: match self.link_rate() {
