@@ -37,6 +37,7 @@ mod cpu;
 mod erasure;
 mod fuzz;
 mod liar;
+mod load;
 mod netns;
 mod offload;
 mod output;
@@ -138,6 +139,29 @@ enum Command {
         incast-bench fuzz\n  \
         incast-bench fuzz --frames 5000000 --seed 7 --json fuzz.json")]
     Fuzz(FuzzArgs),
+    /// The CPU load of `sweep --cpu-load` (a child process of the sweep; not for direct use).
+    #[command(hide = true)]
+    Spin(SpinArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct SpinArgs {
+    /// Spinning threads.
+    #[arg(long, value_parser = parse_cpu_load)]
+    threads: usize,
+    /// Stop after this long (also when standard input closes).
+    #[arg(long, value_parser = parse_duration)]
+    max_time: Duration,
+}
+
+/// `--cpu-load` and `spin --threads`: 0 to [`load::MAX_CPU_LOAD`] (0 is refused where
+/// threads must spin).
+fn parse_cpu_load(s: &str) -> Result<usize, String> {
+    let n: usize = s.parse().map_err(|e| format!("`{s}`: {e}"))?;
+    if n > load::MAX_CPU_LOAD {
+        return Err(format!("`{s}`: at most {} spinning threads", load::MAX_CPU_LOAD));
+    }
+    Ok(n)
 }
 
 #[derive(clap::Args, Debug)]
@@ -660,6 +684,12 @@ struct SweepArgs {
     /// the server reads its bytes, as on a slow disk (0 to 10s; default 0, at once).
     #[arg(long, default_value = "0s", value_parser = parse_server_delay)]
     server_delay: Duration,
+    /// A busy host: this many threads (of a child process) spin on the CPUs while each row
+    /// runs, its warm-up included, as a service's own work or other tenants would; not while
+    /// the line rate is probed, so the rows' share of it says what the load cost. 0 to 64;
+    /// 0 is an idle host.
+    #[arg(long, default_value_t = 0, value_parser = parse_cpu_load)]
+    cpu_load: usize,
     #[command(flatten)]
     link: LinkArgs,
     #[command(flatten)]
@@ -939,6 +969,7 @@ impl Common {
             quic_gso: self.quic_gso,
             rounds: 1,
             server_delay: Duration::ZERO,
+            cpu_load: 0,
         })
     }
 }
@@ -955,6 +986,7 @@ fn finish(
     let mut header = output::Header::new(network, testbed, c.blocks, c.warmup, c.min_time);
     header.set_line_rate(r.line_rate_mbps);
     header.rounds = r.results.iter().map(|m| m.round + 1).max().unwrap_or(1);
+    header.cpu_load = r.cpu_load;
     if let Some(p) = &c.json {
         output::write_json(p, &header, &r.results)?;
         eprintln!("wrote {}", p.display());
@@ -982,6 +1014,7 @@ fn run_sweep(a: &SweepArgs) -> Result<(), CliError> {
     let spec = SweepSpec {
         rounds: a.rounds,
         server_delay: a.server_delay,
+        cpu_load: a.cpu_load,
         ..a.common.spec(
             a.senders.clone(),
             a.strategies.clone(),
@@ -1327,6 +1360,7 @@ fn main() -> ExitCode {
         Command::Erasure(a) => run_erasure(a),
         Command::Chaos(a) => run_chaos(a),
         Command::Fuzz(a) => run_fuzz(a),
+        Command::Spin(a) => load::spin(a.threads, a.max_time).map_err(CliError::from),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -49,6 +49,9 @@ pub struct Header {
     pub line_rate_of_capacity: Option<f64>,
     /// Seconds since the Unix epoch at the start.
     pub started_unix: u64,
+    /// Threads that spun on the CPUs while the rows ran (a sweep's `--cpu-load`; 0, an idle
+    /// host).
+    pub cpu_load: usize,
 }
 
 impl Header {
@@ -71,6 +74,7 @@ impl Header {
             min_time_s: min_time.as_secs_f64(),
             rounds: 1,
             line_rate_mbps: 0.0,
+            cpu_load: 0,
             started_unix: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),

@@ -75,6 +75,7 @@ use incast_rpc::quic::{Congestion, QuicClientConfig, QuicServerConfig, SelfSigne
 use incast_rpc::tls::{TlsClientConfig, TlsServerConfig};
 use incast_rpc::{ServerConfig, SocketTuning};
 
+use crate::load::CpuLoad;
 use crate::output::{table_header, table_row};
 use crate::pattern::HeldPattern;
 use crate::run::{
@@ -185,7 +186,14 @@ pub struct SweepSpec {
     /// [`crate::pattern::HeldPattern`]; not while the line rate is probed); zero answers at
     /// once.
     pub server_delay: Duration,
+    /// Spinning threads that load the machine's CPUs while each row runs, warm-up included
+    /// (a busy host, see [`crate::load`]; not while the line rate is probed); 0 for none.
+    pub cpu_load: usize,
 }
+
+/// Time a row's CPU load spins past the longest the row can take (its time limit plus a
+/// read deadline per warm-up block and two more), in case the row outlives even that.
+const CPU_LOAD_SLACK: Duration = Duration::from_secs(10);
 
 /// Most rounds per configuration: each round repeats the warm-up, and 16 already split a
 /// second of `--min-time` into 60 ms pieces.
@@ -460,6 +468,8 @@ pub struct SweepResult {
     /// the rows measured before, which the caller still writes out (a long sweep that fails
     /// in its last row loses nothing it measured).
     pub stopped: Option<SweepError>,
+    /// Spinning threads that loaded the CPUs while the rows ran ([`SweepSpec::cpu_load`]).
+    pub cpu_load: usize,
 }
 
 /// Bytes of the mean read of a configuration: the layout's block, or with mixed reads the
@@ -991,7 +1001,19 @@ fn client_side(
                 // Said also with --quiet (the row's drops are missing), around the bar.
                 let warn = |line: String| bar.suspend(|| eprintln!("{line}"));
                 let hosts = (testbed.as_deref(), bulk_rtos.as_deref());
-                let mut m = match measure_one(&rt, servers, &run, readers[i].as_ref(), hosts, progress, warn) {
+                // A busy host for this row alone (warm-up included), at most as long as the
+                // row can take; it stops when dropped at the row's end.
+                let load_limit = run.max_time + run.read_timeout.saturating_mul(run.warmup + 2) + CPU_LOAD_SLACK;
+                let load = match CpuLoad::start(spec.cpu_load, load_limit) {
+                    Ok(load) => load,
+                    Err(e) => {
+                        stopped = Some(SweepError::Invalid(format!("--cpu-load {}: {e}", spec.cpu_load)));
+                        break 'configurations;
+                    }
+                };
+                let measured = measure_one(&rt, servers, &run, readers[i].as_ref(), hosts, progress, warn);
+                drop(load);
+                let mut m = match measured {
                     Ok(m) => m,
                     // A configuration the machine cannot set up (out of descriptors, a server
                     // that never answers) is a failed row, not the end of the sweep.
@@ -1025,6 +1047,7 @@ fn client_side(
         line_rate_mbps: line_rate,
         results,
         stopped,
+        cpu_load: spec.cpu_load,
     })
 }
 
@@ -1266,6 +1289,7 @@ mod tests {
             quic_gso: 1,
             rounds: 1,
             server_delay: Duration::ZERO,
+            cpu_load: 0,
         }
     }
 
